@@ -1,0 +1,83 @@
+"""The alert record of ``shared/spec/alerts-v1.md``: one state change of one alert."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from alerts.exceptions import InvalidAlert
+
+RULES = frozenset({
+    "acceptance_drop", "below_breakeven", "throughput_drop", "revision_mismatch",
+    "tokenizer_mismatch", "memory_contention", "telemetry_stale", "speculation_inactive",
+    "acceptance_rise",
+})
+STATES = frozenset({"firing", "resolved"})
+SEVERITIES = frozenset({"critical", "error", "warning", "info"})
+
+
+def fingerprint(rule: str, labels: dict[str, str]) -> str:
+    """Stable for the same rule and labels, whatever their order.
+
+    >>> fingerprint("acceptance_drop", {"route": "creative", "draft_model": "m1b"}) == \\
+    ...     fingerprint("acceptance_drop", {"draft_model": "m1b", "route": "creative"})
+    True
+    >>> len(fingerprint("telemetry_stale", {"route": "code"}))
+    16
+    """
+    canonical = orjson.dumps([rule, labels], option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(canonical).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class AlertRecord:
+    """One alert state change, as written to ``--alerts-out``, the store and the sinks.
+
+    >>> r = AlertRecord("telemetry_stale", "firing", datetime(2026, 11, 2, 14, 20, tzinfo=UTC),
+    ...                 "warning", {"route": "code"}, "code: no events for 10m")
+    >>> r.to_json()["at"]
+    '2026-11-02T14:20:00Z'
+    """
+
+    rule: str
+    state: str
+    at: datetime
+    severity: str
+    labels: dict[str, str]
+    summary: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.rule not in RULES:
+            raise InvalidAlert(f"unknown rule {self.rule!r}")
+        if self.state not in STATES:
+            raise InvalidAlert(f"state must be firing or resolved, not {self.state!r}")
+        if self.severity not in SEVERITIES:
+            raise InvalidAlert(f"unknown severity {self.severity!r}")
+        if not self.labels.get("route"):
+            raise InvalidAlert("labels.route is required")
+        if self.at.tzinfo is None:
+            raise InvalidAlert("at must be an aware datetime")
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint(self.rule, self.labels)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "state": self.state,
+            "at": self.at.astimezone(UTC).isoformat().replace("+00:00", "Z"),
+            "severity": self.severity,
+            "labels": dict(self.labels),
+            "summary": self.summary,
+            "details": dict(self.details),
+            "fingerprint": self.fingerprint,
+        }
+
+    def to_line(self) -> bytes:
+        return orjson.dumps(self.to_json()) + b"\n"

@@ -1,0 +1,1 @@
+"""Alembic migrations of the specwatch store; run them with ``specwatch db upgrade``."""

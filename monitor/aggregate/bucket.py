@@ -1,0 +1,152 @@
+"""Sufficient statistics of one series over one event-time bucket."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from monitor.aggregate.sketch import LogHistogram
+from monitor.telemetry.event import Event
+
+COUNTERS = (
+    "requests",
+    "errors",
+    "spec_requests",
+    "drafting_requests",
+    "evicted_requests",
+    "drafted_tokens",
+    "accepted_tokens",
+    "verify_steps",
+    "output_tokens",
+    "prompt_tokens",
+    "batch_size_sum",
+    "batch_size_count",
+)
+SKETCHES = ("ttft_ms", "e2e_ms", "decode_tps")
+
+
+class BucketStats:
+    """Additive counts plus mergeable latency sketches.
+
+    Everything here merges by addition, so minute buckets roll up into hours and days, and a
+    late event merges into a bucket already written, without re-reading raw events.
+    ``spec_requests - drafting_requests`` is the number of requests that ran with
+    speculation on but drafted nothing: they have no acceptance rate and are never counted
+    as zero acceptance.
+
+    >>> from monitor.telemetry.event import Event
+    >>> b = BucketStats()
+    >>> b.update(Event("r1", 0.0, "code", "ok", "t", "r", "tok", output_tokens=10, e2e_ms=500.0,
+    ...          has_spec=True, num_speculative_tokens=2, drafted_tokens=8, accepted_tokens=6,
+    ...          accepted_per_position=(4, 2), ttft_ms=100.0))
+    >>> b.acceptance_rate
+    0.75
+    >>> abs(b.decode_tps.quantile(0.5) - 25.0) <= 0.01 * 25.0   # 40 tokens in 400 ms, within 1%
+    True
+    """
+
+    __slots__ = (*COUNTERS, "per_position", *SKETCHES)
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.errors = 0
+        self.spec_requests = 0
+        self.drafting_requests = 0
+        self.evicted_requests = 0
+        self.drafted_tokens = 0
+        self.accepted_tokens = 0
+        self.verify_steps = 0
+        self.output_tokens = 0
+        self.prompt_tokens = 0
+        self.batch_size_sum = 0
+        self.batch_size_count = 0
+        self.per_position: list[int] = []
+        self.ttft_ms = LogHistogram()
+        self.e2e_ms = LogHistogram()
+        self.decode_tps = LogHistogram()
+
+    def update(self, e: Event) -> None:
+        self.requests += 1
+        if e.status != "ok":
+            self.errors += 1
+        if e.has_spec:
+            self.spec_requests += 1
+            drafted = e.drafted_tokens
+            if drafted:
+                self.drafting_requests += 1
+                self.drafted_tokens += drafted
+                self.accepted_tokens += e.accepted_tokens
+            if e.verify_steps is not None:
+                self.verify_steps += e.verify_steps
+            app = e.accepted_per_position
+            if app is not None:
+                pp = self.per_position
+                if len(pp) < len(app):
+                    pp.extend([0] * (len(app) - len(pp)))
+                for i, n in enumerate(app):
+                    pp[i] += n
+        if e.draft_evicted:
+            self.evicted_requests += 1
+        self.output_tokens += e.output_tokens
+        if e.prompt_tokens is not None:
+            self.prompt_tokens += e.prompt_tokens
+        if e.batch_size is not None:
+            self.batch_size_sum += e.batch_size
+            self.batch_size_count += 1
+        self.e2e_ms.update(e.e2e_ms)
+        ttft = e.ttft_ms
+        if ttft is not None:
+            self.ttft_ms.update(ttft)
+            decode_ms = e.e2e_ms - ttft
+            if decode_ms > 0:
+                self.decode_tps.update(e.output_tokens * 1000.0 / decode_ms)
+
+    def merge(self, other: BucketStats) -> None:
+        for name in COUNTERS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        pp = self.per_position
+        if len(pp) < len(other.per_position):
+            pp.extend([0] * (len(other.per_position) - len(pp)))
+        for i, n in enumerate(other.per_position):
+            pp[i] += n
+        for name in SKETCHES:
+            getattr(self, name).merge(getattr(other, name))
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """accepted / drafted over the bucket, token-weighted; ``None`` when nothing drafted."""
+        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else None
+
+    def to_row(self) -> dict[str, Any]:
+        """Column values for the store (sketches and per-position counts as JSON)."""
+        row: dict[str, Any] = {name: getattr(self, name) for name in COUNTERS}
+        row["per_position"] = list(self.per_position)
+        for name in SKETCHES:
+            row[name] = getattr(self, name).to_json()
+        return row
+
+    @classmethod
+    def from_row(cls, row: Any) -> BucketStats:
+        """Inverse of :meth:`to_row`; accepts a mapping or a SQLAlchemy row."""
+        get = row.__getitem__ if isinstance(row, dict) else lambda k: getattr(row, k)
+        b = cls()
+        for name in COUNTERS:
+            setattr(b, name, int(get(name) or 0))
+        b.per_position = list(get("per_position") or [])
+        for name in SKETCHES:
+            setattr(b, name, LogHistogram.from_json(get(name)))
+        return b
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BucketStats):
+            return NotImplemented
+        return (
+            all(getattr(self, n) == getattr(other, n) for n in COUNTERS)
+            and self.per_position == other.per_position
+            and all(getattr(self, n) == getattr(other, n) for n in SKETCHES)
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"BucketStats(requests={self.requests}, drafted={self.drafted_tokens}, "
+            f"accepted={self.accepted_tokens})"
+        )

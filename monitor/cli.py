@@ -1,0 +1,225 @@
+"""The ``specwatch`` command: run, replay, ratios, simulate, db, demo."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from monitor.config import Config, load_config, parse_duration
+from monitor.exceptions import SpecwatchError
+
+log = logging.getLogger("specwatch")
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("kafka").setLevel(max(logging.WARNING, getattr(logging, level)))
+
+
+def _config(args: argparse.Namespace) -> Config:
+    overrides: dict[str, dict[str, Any]] = {}
+    if getattr(args, "db", None):
+        overrides["store"] = {"url": args.db}
+    if getattr(args, "bootstrap", None):
+        overrides["kafka"] = {"bootstrap_servers": args.bootstrap}
+    return load_config(getattr(args, "config", None), overrides=overrides)
+
+
+def parse_time(value: str, *, now: datetime | None = None) -> datetime:
+    """An RFC 3339 time, or a duration meaning that long ago (``30d``, ``2h``).
+
+    >>> parse_time("2026-11-02T14:00:00Z").isoformat()
+    '2026-11-02T14:00:00+00:00'
+    >>> parse_time("1h", now=datetime(2026, 1, 1, tzinfo=UTC)).isoformat()
+    '2025-12-31T23:00:00+00:00'
+    """
+    now = now or datetime.now(UTC)
+    try:
+        return now - timedelta(seconds=parse_duration(value))
+    except ValueError:
+        pass
+    try:
+        t = datetime.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"cannot read time {value!r} (want RFC 3339, e.g. 2026-11-02T14:00:00Z, or 30d)"
+        ) from None
+    if t.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"time {value!r} needs a zone (Z or +hh:mm)")
+    return t.astimezone(UTC)
+
+
+# -- commands ------------------------------------------------------------------------------
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from monitor.app import Application
+
+    config = _config(args)
+    _setup_logging(config.log_level)
+    app = Application(config)
+
+    def _stop(signum: int, frame: Any) -> None:
+        log.info("signal %d: stopping after a final checkpoint", signum)
+        app.stop()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    app.run()
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from prometheus_client import CollectorRegistry
+
+    from monitor.deadletter import CountingDeadLetter, FileDeadLetter
+    from monitor.metrics import IngestMetrics
+    from monitor.pipeline import Pipeline
+    from monitor.sources.replay import replay
+    from monitor.store.db import upgrade
+    from monitor.store.store import Store
+
+    config = _config(args)
+    _setup_logging(config.log_level)
+    if args.migrate:
+        upgrade(config.store.url)
+    store = Store(config.store.url)
+    dead_letter = FileDeadLetter(args.dead_letter) if args.dead_letter else CountingDeadLetter()
+    if args.alerts_out:
+        # Alert state changes arrive with the detection layer; the file exists from now on
+        # so scripts can rely on it.
+        Path(args.alerts_out).touch()
+    pipeline = Pipeline(
+        store, args.source_id, config.ingest, IngestMetrics(CollectorRegistry()), dead_letter
+    )
+    started = time.monotonic()
+    try:
+        summary = replay(args.path, pipeline, progress=args.progress)
+    finally:
+        dead_letter.close()
+        store.close()
+    elapsed = time.monotonic() - started
+    rate = summary.events / elapsed if elapsed > 0 else 0.0
+    print(f"replay {args.path}: {summary.line()} in {elapsed:.1f}s ({rate:,.0f} events/s)",
+          file=sys.stderr)
+    return 0
+
+
+def cmd_ratios(args: argparse.Namespace) -> int:
+    from monitor.store.query import format_ratios
+    from monitor.store.store import Store
+
+    config = _config(args)
+    store = Store(config.store.url)
+    try:
+        rows = store.ratios(
+            granularity=args.granularity, route=args.route, since=args.since, until=args.until
+        )
+    finally:
+        store.close()
+    out = format_ratios(rows, args.format)
+    sys.stdout.write(out if out.endswith("\n") else out + "\n")
+    return 0
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    from monitor.store.db import current_revision, head_revision, redact_url, upgrade
+
+    config = _config(args)
+    url = config.store.url
+    if args.db_command == "upgrade":
+        upgrade(url)
+        print(f"{redact_url(url)} is at revision {current_revision(url)}")
+    else:
+        print(f"{redact_url(url)}: at {current_revision(url) or 'none'}, head {head_revision()}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from monitor.demo import run_demo
+
+    _setup_logging("WARNING")
+    return run_demo(
+        data_dir=Path(args.dir), duration=args.duration, rate=args.rate, refresh=args.refresh
+    )
+
+
+# -- parser ----------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specwatch",
+        description="Is speculative decoding still paying for itself, per route?",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def with_config(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--config", metavar="FILE", help="YAML or TOML configuration file")
+        p.add_argument("--db", metavar="URL", help="database URL (overrides the config)")
+
+    p = sub.add_parser("run", help="the daemon: consume telemetry from Kafka")
+    with_config(p)
+    p.add_argument("--bootstrap", metavar="HOST:PORT", help="Kafka bootstrap servers")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("replay", help="run a telemetry file through the pipeline")
+    p.add_argument("path", help="JSON lines file (.gz too), or - for stdin")
+    with_config(p)
+    p.add_argument("--alerts-out", metavar="PATH", help="write alert state changes as JSON lines")
+    p.add_argument("--dead-letter", metavar="PATH", help="write rejected input with reasons")
+    p.add_argument("--source-id", default="replay",
+                   help="name the replay's progress is stored under (default: replay)")
+    p.add_argument("--migrate", action="store_true", help="apply migrations to the database first")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar (default: when stderr is a terminal)")
+    p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("ratios", help="query the historical ratio tables")
+    with_config(p)
+    p.add_argument("--route")
+    p.add_argument("--since", type=parse_time, help="RFC 3339 time or a duration ago (30d)")
+    p.add_argument("--until", type=parse_time, help="RFC 3339 time or a duration ago")
+    p.add_argument("--granularity", choices=["minute", "hour", "day"], default="hour")
+    p.add_argument("--format", choices=["table", "json", "csv"], default="table")
+    p.set_defaults(func=cmd_ratios)
+
+    p = sub.add_parser("db", help="database schema")
+    p.add_argument("db_command", choices=["upgrade", "current"])
+    with_config(p)
+    p.set_defaults(func=cmd_db)
+
+    p = sub.add_parser("demo", help="broker + SQLite + daemon + simulator, live per-route table")
+    p.add_argument("--dir", default="demo-data", help="where the demo database goes")
+    p.add_argument("--duration", type=parse_duration, default=None,
+                   help="stop after this long (default: until Ctrl+C)")
+    p.add_argument("--rate", type=float, default=200.0, help="simulated requests per second")
+    p.add_argument("--refresh", type=parse_duration, default=2.0, help="table refresh interval")
+    p.set_defaults(func=cmd_demo)
+
+    from monitor.simulate.cli import register
+
+    register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except SpecwatchError as e:
+        print(f"specwatch: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

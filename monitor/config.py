@@ -1,0 +1,177 @@
+"""The frozen configuration of a specwatch process: one file plus environment overrides.
+
+A file is YAML (``.yaml``/``.yml``) or TOML (``.toml``). Unknown keys and bad values are
+rejected at start with the key path in the message, e.g.
+``config error at ingest.allowed_lateness: invalid duration '5 parsecs'``. Secrets and URLs
+come from the environment so the file can be checked in:
+
+==============================  ===========================
+``SPECWATCH_DB_URL``            ``store.url``
+``SPECWATCH_KAFKA_BOOTSTRAP``   ``kafka.bootstrap_servers``
+==============================  ===========================
+
+>>> cfg = load_config(None, env={})
+>>> cfg.ingest.allowed_lateness
+120.0
+>>> cfg.store.url
+'sqlite:///specwatch.db'
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+from monitor.exceptions import ConfigError
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from ``90``, ``"90s"``, ``"5m"``, ``"2h"``, ``"7d"``, ``"250ms"``.
+
+    >>> parse_duration("2h"), parse_duration(30), parse_duration("1.5m")
+    (7200.0, 30.0, 90.0)
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"invalid duration {value!r}")
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ValueError(f"duration must not be negative: {value!r}")
+        return float(value)
+    if isinstance(value, str):
+        m = _DURATION.match(value)
+        if m:
+            return float(m.group(1)) * _UNITS[m.group(2) or "s"]
+    raise ValueError(f"invalid duration {value!r} (want e.g. 90s, 5m, 2h, 7d)")
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KafkaConfig(_Frozen):
+    bootstrap_servers: str = "127.0.0.1:9092"
+    topic: str = "specwatch.telemetry"
+    dead_letter_topic: str = "specwatch.telemetry.dlq"
+    group_id: str = "specwatch"
+    client_id: str = "specwatch"
+    auto_offset_reset: Literal["earliest", "latest"] = "earliest"
+    create_topics: bool = True
+    partitions: int = Field(4, ge=1, le=1024)
+    # Short group timings: the Tansu broker otherwise takes ~23 s to hand out partitions.
+    session_timeout_ms: int = Field(10000, ge=1000)
+    heartbeat_interval_ms: int = Field(1000, ge=100)
+    max_poll_interval_ms: int = Field(60000, ge=1000)
+    max_poll_records: int = Field(5000, ge=1)
+    fetch_max_bytes: int = Field(52428800, ge=1024)
+    dead_letter_max_bytes: int = Field(
+        262144, ge=1024, description="raw bytes kept in a dead-letter record; the rest is "
+        "referenced by topic/partition/offset and sha256"
+    )
+
+
+class StoreConfig(_Frozen):
+    url: str = "sqlite:///specwatch.db"
+    retention_minute: Duration = 7 * 86400.0
+    retention_hour: Duration = 90 * 86400.0
+    retention_day: Duration = 730 * 86400.0
+
+
+class IngestConfig(_Frozen):
+    max_message_bytes: int = Field(1048576, ge=1024)
+    allowed_lateness: Duration = 120.0
+    dedup_horizon: Duration = 600.0
+    checkpoint_interval: Duration = 2.0
+    checkpoint_max_events: int = Field(50000, ge=1)
+
+    @model_validator(mode="after")
+    def _horizon_covers_lateness(self) -> IngestConfig:
+        # A duplicate is only guaranteed to be caught while its request_id is remembered;
+        # anything older than the lateness allowance is dropped as late anyway.
+        if self.dedup_horizon < self.allowed_lateness:
+            raise ValueError("dedup_horizon must be >= allowed_lateness")
+        return self
+
+
+class Config(_Frozen):
+    kafka: KafkaConfig = KafkaConfig()
+    store: StoreConfig = StoreConfig()
+    ingest: IngestConfig = IngestConfig()
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @property
+    def retention(self) -> dict[str, float]:
+        s = self.store
+        return {"minute": s.retention_minute, "hour": s.retention_hour, "day": s.retention_day}
+
+
+ENV_OVERRIDES: dict[str, tuple[str, str]] = {
+    "SPECWATCH_DB_URL": ("store", "url"),
+    "SPECWATCH_KAFKA_BOOTSTRAP": ("kafka", "bootstrap_servers"),
+}
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
+    try:
+        if path.suffix == ".toml":
+            data = tomllib.loads(text)
+        else:
+            data = yaml.safe_load(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as e:
+        raise ConfigError(f"cannot parse config file {path}: {e}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping at the top level")
+    return data
+
+
+def _format_error(e: ValidationError) -> str:
+    lines = []
+    for err in e.errors():
+        path = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        lines.append(f"config error at {path}: {msg}")
+    return "\n".join(lines)
+
+
+def load_config(
+    path: str | Path | None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Config:
+    """Read ``path`` (or defaults when ``None``), then environment, then ``overrides``."""
+    data: dict[str, Any] = _read_file(Path(path)) if path is not None else {}
+    env = os.environ if env is None else env
+    for var, (section, key) in ENV_OVERRIDES.items():
+        if env.get(var):
+            sect = data.setdefault(section, {})
+            if isinstance(sect, dict):
+                sect[key] = env[var]
+    for section, values in (overrides or {}).items():
+        sect = data.setdefault(section, {})
+        if isinstance(sect, dict):
+            sect.update({k: v for k, v in values.items() if v is not None})
+    try:
+        return Config.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_format_error(e)) from None

@@ -1,0 +1,69 @@
+"""The daemon's own Prometheus metrics, on a registry passed in (tests use a fresh one)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class IngestMetrics:
+    """Counters of what happened to input; every input ends in exactly one of them.
+
+    >>> m = IngestMetrics(CollectorRegistry())
+    >>> m.invalid_events.inc()
+    >>> m.registry.get_sample_value("specwatch_invalid_events_total")
+    1.0
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.messages = Counter(
+            "specwatch_messages", "Telemetry messages read (Kafka records or replay lines).",
+            registry=registry,
+        )
+        self.events = Counter(
+            "specwatch_events", "Valid telemetry events counted into the rollups.",
+            registry=registry,
+        )
+        self.invalid_events = Counter(
+            "specwatch_invalid_events",
+            "Invalid telemetry (a bad event, line or whole message), sent to the dead letter.",
+            registry=registry,
+        )
+        self.duplicate_events = Counter(
+            "specwatch_duplicate_events",
+            "Events whose request_id was already counted within the dedup horizon.",
+            registry=registry,
+        )
+        self.late_events = Counter(
+            "specwatch_late_events",
+            "Events older than the newest event of their partition minus the lateness "
+            "allowance; not counted, sent to the dead letter.",
+            registry=registry,
+        )
+        self.dead_letters = Counter(
+            "specwatch_dead_letters", "Records written to the dead-letter destination.",
+            registry=registry,
+        )
+        self.checkpoints = Counter(
+            "specwatch_checkpoints", "Checkpoint transactions committed.", registry=registry
+        )
+        self.fenced = Counter(
+            "specwatch_checkpoint_fenced",
+            "Checkpoints refused because another consumer advanced a partition.",
+            registry=registry,
+        )
+        self.checkpoint_duration = Histogram(
+            "specwatch_checkpoint_duration_seconds",
+            "Time to write one checkpoint transaction.",
+            registry=registry,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+        )
+        self.event_time_lag = Gauge(
+            "specwatch_event_time_lag_seconds",
+            "Wall clock minus the newest event time seen (ingest lag as the user feels it).",
+            registry=registry,
+        )
+        self.assigned_partitions = Gauge(
+            "specwatch_assigned_partitions", "Source partitions owned by this process.",
+            registry=registry,
+        )

@@ -1,0 +1,314 @@
+"""The ingest pipeline: raw message -> valid, on-time, first-seen events -> bucket deltas.
+
+This is where an event is decided to count. Per partition it keeps the newest event time
+(the watermark is that minus the lateness allowance) and the request ids seen within the
+dedup horizon; across partitions it keeps the rollup deltas not yet written. ``checkpoint()``
+hands all of it to the store in one transaction together with each partition's next offset,
+so the tables, the dedup memory and the offsets can never disagree after a crash.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import orjson
+
+from monitor.aggregate.bucket import BucketStats
+from monitor.aggregate.series import SeriesKey, series_key
+from monitor.config import IngestConfig
+from monitor.deadletter import DeadLetterSink
+from monitor.metrics import IngestMetrics
+from monitor.store.checkpoint import Checkpoint, PartitionCommit, PartitionState
+from monitor.store.exceptions import FencedError
+from monitor.telemetry.event import Event, Rejection
+from monitor.telemetry.parse import Parser
+from monitor.telemetry.serialize import event_to_dict
+
+log = logging.getLogger(__name__)
+
+NEG_INF = float("-inf")
+
+
+class CheckpointStore(Protocol):
+    def commit(self, cp: Checkpoint) -> None: ...
+    def load_partitions(self, source: str, partitions: Iterable[int]) -> dict[int, PartitionState]: ...
+
+
+class EventObserver(Protocol):
+    """Sees every counted event in processing order (the detection layer plugs in here)."""
+
+    def observe(self, partition: int, event: Event) -> None: ...
+    def snapshot(self) -> dict[str, Any]: ...
+
+
+@dataclass(slots=True)
+class PartitionTracker:
+    """Event-time and dedup state of one partition owned by this process."""
+
+    next_offset: int | None
+    expected_offset: int | None
+    max_ts: float
+    seen: dict[str, float]
+    order: deque[tuple[float, str]] = field(default_factory=deque)
+    new_ids: list[tuple[str, float]] = field(default_factory=list)
+    dirty: bool = False
+
+    @classmethod
+    def from_state(cls, state: PartitionState, horizon: float) -> PartitionTracker:
+        max_ts = state.max_event_ts if state.max_event_ts is not None else NEG_INF
+        cutoff = max_ts - horizon
+        seen = {rid: ts for rid, ts in state.seen.items() if ts >= cutoff}
+        order = deque(sorted((ts, rid) for rid, ts in seen.items()))
+        return cls(state.next_offset, state.next_offset, max_ts, seen, order)
+
+    def prune(self, horizon: float) -> None:
+        # Ids leave in arrival order; one late id can hold back older ones for a while,
+        # which only keeps them longer than needed, never shorter.
+        cutoff = self.max_ts - horizon
+        order, seen = self.order, self.seen
+        while order and order[0][0] < cutoff:
+            _, rid = order.popleft()
+            if seen.get(rid, cutoff) < cutoff:
+                del seen[rid]
+
+
+@dataclass(slots=True)
+class IngestSummary:
+    messages: int = 0
+    events: int = 0
+    invalid: int = 0
+    duplicates: int = 0
+    late: int = 0
+
+    def line(self) -> str:
+        return (
+            f"{self.messages} messages, {self.events} events counted, {self.invalid} invalid, "
+            f"{self.duplicates} duplicates, {self.late} late"
+        )
+
+
+class Pipeline:
+    """Owns the per-partition state of one source and writes it through a store.
+
+    ``source`` names the stream in the store (``kafka:<group>:<topic>`` or ``replay``):
+    everything stored for it resumes where the last checkpoint left off.
+    """
+
+    def __init__(
+        self,
+        store: CheckpointStore,
+        source: str,
+        config: IngestConfig,
+        metrics: IngestMetrics,
+        dead_letter: DeadLetterSink,
+        *,
+        observer: EventObserver | None = None,
+        clock: Any = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.source = source
+        self.config = config
+        self.metrics = metrics
+        self.dead_letter = dead_letter
+        self.observer = observer
+        self.parser = Parser(max_message_bytes=config.max_message_bytes)
+        self.summary = IngestSummary()
+        self._clock = clock
+        self._partitions: dict[int, PartitionTracker] = {}
+        self._pending: dict[tuple[SeriesKey, int], BucketStats] = {}
+        self._pending_events = 0
+        self._last_checkpoint = clock()
+        self._lateness = config.allowed_lateness
+        self._horizon = config.dedup_horizon
+
+    # -- partition ownership -------------------------------------------------------------
+
+    def assign(self, partitions: Iterable[int]) -> dict[int, int | None]:
+        """Load the stored state of newly owned partitions; returns where to resume each."""
+        new = [p for p in partitions if p not in self._partitions]
+        if new:
+            states = self.store.load_partitions(self.source, new)
+            for p in new:
+                state = states.get(p) or PartitionState()
+                self._partitions[p] = PartitionTracker.from_state(state, self._horizon)
+        self.metrics.assigned_partitions.set(len(self._partitions))
+        return {p: t.next_offset for p, t in self._partitions.items()}
+
+    def revoke(self, partitions: Iterable[int]) -> None:
+        """Checkpoint what we have, then forget the partitions."""
+        gone = [p for p in partitions if p in self._partitions]
+        if gone:
+            self.checkpoint()
+            for p in gone:
+                del self._partitions[p]
+        self.metrics.assigned_partitions.set(len(self._partitions))
+
+    def drop_all(self) -> None:
+        """Forget everything not yet checkpointed (after being fenced out, or lost partitions)."""
+        self._partitions.clear()
+        self._pending.clear()
+        self._pending_events = 0
+        self.metrics.assigned_partitions.set(0)
+
+    @property
+    def partitions(self) -> list[int]:
+        return sorted(self._partitions)
+
+    def next_offset(self, partition: int) -> int | None:
+        return self._partitions[partition].next_offset
+
+    def watermark(self, partition: int) -> float:
+        return self._partitions[partition].max_ts - self._lateness
+
+    # -- the hot path ----------------------------------------------------------------------
+
+    def process(self, partition: int, offset: int, raw: bytes, key: bytes | None = None) -> None:
+        """Count one message read at ``offset`` of ``partition`` (``key``: its Kafka key)."""
+        tracker = self._partitions[partition]
+        events, rejections = self.parser.parse(raw)
+        metrics, summary = self.metrics, self.summary
+        summary.messages += 1
+        metrics.messages.inc()
+        if rejections:
+            self._reject(rejections, self._origin(partition, offset, key), invalid=True)
+        if events:
+            counted = self._count(tracker, partition, offset, key, events)
+            summary.events += counted
+            metrics.events.inc(counted)
+            self._pending_events += counted
+        tracker.next_offset = offset + 1
+        tracker.dirty = True
+
+    def _count(
+        self,
+        tracker: PartitionTracker,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        events: list[Event],
+    ) -> int:
+        seen, order, new_ids = tracker.seen, tracker.order, tracker.new_ids
+        pending = self._pending
+        observer = self.observer
+        lateness = self._lateness
+        max_ts = tracker.max_ts
+        counted = 0
+        late: list[Rejection] | None = None
+        for e in events:
+            rid = e.request_id
+            if rid in seen:
+                self.summary.duplicates += 1
+                self.metrics.duplicate_events.inc()
+                continue
+            ts = e.ts
+            if ts < max_ts - lateness:
+                if late is None:
+                    late = []
+                late.append(
+                    Rejection(
+                        f"late: event time {ts:.3f} is {max_ts - ts:.0f}s behind the newest "
+                        f"event of partition {partition} (allowance {lateness:.0f}s)",
+                        _reserialise(e),
+                    )
+                )
+                continue
+            if ts > max_ts:
+                max_ts = ts
+            seen[rid] = ts
+            order.append((ts, rid))
+            new_ids.append((rid, ts))
+            bucket_key = (series_key(e), int(ts // 60) * 60)
+            bucket = pending.get(bucket_key)
+            if bucket is None:
+                bucket = pending[bucket_key] = BucketStats()
+            bucket.update(e)
+            if observer is not None:
+                observer.observe(partition, e)
+            counted += 1
+        tracker.max_ts = max_ts
+        if late:
+            self.summary.late += len(late)
+            self.metrics.late_events.inc(len(late))
+            self._reject(late, self._origin(partition, offset, key), invalid=False)
+        return counted
+
+    def _origin(self, partition: int, offset: int, key: bytes | None) -> dict[str, Any]:
+        origin: dict[str, Any] = {"source": self.source, "partition": partition, "offset": offset}
+        if key is not None:
+            origin["key"] = key.decode("utf-8", "replace")
+        return origin
+
+    def _reject(self, rejections: list[Rejection], origin: dict[str, Any], *, invalid: bool) -> None:
+        if invalid:
+            self.summary.invalid += len(rejections)
+            self.metrics.invalid_events.inc(len(rejections))
+        for r in rejections:
+            self.dead_letter.send(r, origin)
+        self.metrics.dead_letters.inc(len(rejections))
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def due(self) -> bool:
+        return (
+            self._pending_events >= self.config.checkpoint_max_events
+            or self._clock() - self._last_checkpoint >= self.config.checkpoint_interval
+        )
+
+    def checkpoint(self) -> bool:
+        """Write pending deltas and partition progress in one transaction.
+
+        Returns ``False`` when fenced: the caller must re-assign its partitions (which reloads
+        their stored state) and seek back to the stored offsets.
+        """
+        self._last_checkpoint = self._clock()
+        dirty = {p: t for p, t in self._partitions.items() if t.dirty}
+        if not dirty and not self._pending:
+            return True
+        # Dead letters first: once offsets are stored, the input that produced them is
+        # never read again.
+        self.dead_letter.flush()
+        commits = []
+        for p, t in dirty.items():
+            assert t.next_offset is not None
+            commits.append(
+                PartitionCommit(
+                    partition=p,
+                    next_offset=t.next_offset,
+                    expected_offset=t.expected_offset,
+                    max_event_ts=t.max_ts if t.max_ts != NEG_INF else None,
+                    new_ids=t.new_ids,
+                    prune_before=t.max_ts - self._horizon if t.max_ts != NEG_INF else None,
+                )
+            )
+        state = self.observer.snapshot() if self.observer is not None else {}
+        cp = Checkpoint(self.source, rollups=self._pending, partitions=commits, state=state)
+        started = time.perf_counter()
+        try:
+            self.store.commit(cp)
+        except FencedError:
+            log.warning("checkpoint fenced for %s: another consumer owns a partition", self.source)
+            self.metrics.fenced.inc()
+            self.drop_all()
+            return False
+        self.metrics.checkpoint_duration.observe(time.perf_counter() - started)
+        self.metrics.checkpoints.inc()
+        for t in dirty.values():
+            t.expected_offset = t.next_offset
+            t.new_ids = []
+            t.dirty = False
+            t.prune(self._horizon)
+        self._pending = {}
+        self._pending_events = 0
+        newest = max((t.max_ts for t in self._partitions.values()), default=NEG_INF)
+        if newest != NEG_INF:
+            self.metrics.event_time_lag.set(max(0.0, time.time() - newest))
+        return True
+
+
+def _reserialise(e: Event) -> bytes:
+    return orjson.dumps(event_to_dict(e))

@@ -1,0 +1,1 @@
+"""Where telemetry comes from: a Kafka consumer group (the daemon) or a file (replay)."""

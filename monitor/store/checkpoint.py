@@ -1,0 +1,55 @@
+"""What one checkpoint transaction writes, and what a restart reads back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from monitor.aggregate.bucket import BucketStats
+from monitor.aggregate.series import SeriesKey
+
+MINUTE = 60
+GRANULARITIES = {"minute": 60, "hour": 3600, "day": 86400}
+
+
+@dataclass(slots=True)
+class PartitionCommit:
+    """The progress of one source partition up to this checkpoint.
+
+    ``expected_offset`` is the ``next_offset`` this process last read from or wrote to the
+    store for the partition (``None`` when the store had no row): the store applies the
+    checkpoint only if the stored value still equals it, which fences out a zombie consumer
+    that lost the partition in a rebalance without noticing.
+    """
+
+    partition: int
+    next_offset: int
+    expected_offset: int | None
+    max_event_ts: float | None
+    new_ids: list[tuple[str, float]] = field(default_factory=list)
+    prune_before: float | None = None
+
+
+@dataclass(slots=True)
+class Checkpoint:
+    """Rollup deltas, partition progress and opaque state snapshots, committed atomically.
+
+    ``rollups`` maps (series, minute bucket start in Unix seconds) to the statistics added
+    since the last checkpoint; the store merges them into the minute, hour and day rows.
+    ``state`` maps a state key (e.g. a detector's segment id) to a JSON-able snapshot that
+    replaces the stored one; it is for the detection layer and may be empty.
+    """
+
+    source: str
+    rollups: dict[tuple[SeriesKey, int], BucketStats] = field(default_factory=dict)
+    partitions: list[PartitionCommit] = field(default_factory=list)
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class PartitionState:
+    """What the store knows of one partition: where to resume and the dedup horizon."""
+
+    next_offset: int | None = None
+    max_event_ts: float | None = None
+    seen: dict[str, float] = field(default_factory=dict)

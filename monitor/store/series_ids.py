@@ -1,0 +1,117 @@
+"""Mapping series keys to ``series.id``: hashing, lookup and insert-if-missing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, bindparam, case, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.sql.dml import Insert
+
+from monitor.aggregate.series import SeriesKey
+from monitor.store.exceptions import StoreError
+from monitor.store.tables import series_table
+
+# Bound parameters per IN list: far below SQLite's 32766 and psycopg's 65535 limits, large
+# enough that a checkpoint needs only a handful of statements.
+CHUNK = 1000
+
+T = TypeVar("T")
+
+
+def chunks(items: Sequence[T], size: int = CHUNK) -> Iterator[Sequence[T]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def dialect_insert(conn: Connection, table: Any) -> Insert:
+    """An INSERT that supports ``on_conflict_*`` on this connection's database."""
+    name = conn.dialect.name
+    if name == "postgresql":
+        return postgresql.insert(table)
+    if name == "sqlite":
+        return sqlite.insert(table)
+    raise StoreError(f"unsupported database: {name}")
+
+
+def series_key_hash(key: SeriesKey) -> str:
+    """sha256 hex of the key's JSON; ASCII-escaped so that any string hashes the same way.
+
+    >>> series_key_hash(SeriesKey("r", "t", "1", "tok", "", "", "", "", 0))[:12]
+    '94f63046120e'
+    """
+    payload = json.dumps(list(key), ensure_ascii=True, separators=(",", ":"))
+    return hashlib.sha256(payload.encode("ascii")).hexdigest()
+
+
+def series_key_of(row: Any) -> SeriesKey:
+    return SeriesKey(*(getattr(row, name) for name in SeriesKey._fields))
+
+
+def _lookup(conn: Connection, hashes: Sequence[str]) -> dict[str, int]:
+    found: dict[str, int] = {}
+    c = series_table.c
+    for part in chunks(sorted(hashes)):
+        for sid, h in conn.execute(select(c.id, c.key_hash).where(c.key_hash.in_(part))):
+            found[h] = sid
+    return found
+
+
+def resolve_series(
+    conn: Connection,
+    spans: Mapping[SeriesKey, tuple[datetime, datetime]],
+    known: Mapping[SeriesKey, int],
+) -> dict[SeriesKey, int]:
+    """The ids of ``spans``' keys, inserting missing series; widens their seen-at range.
+
+    ``spans`` maps each key to the (first, last) bucket start of this checkpoint; ``known``
+    holds ids resolved by earlier, committed transactions.
+    """
+    ids = {k: known[k] for k in spans if k in known}
+    missing = {series_key_hash(k): k for k in spans if k not in known}
+    if missing:
+        found = _lookup(conn, list(missing))
+        new = [h for h in missing if h not in found]
+        if new:
+            rows = []
+            for h in new:
+                key = missing[h]
+                first, last = spans[key]
+                rows.append(
+                    {"key_hash": h, **key._asdict(), "first_seen_at": first, "last_seen_at": last}
+                )
+            stmt = dialect_insert(conn, series_table).on_conflict_do_nothing(
+                index_elements=["key_hash"]
+            )
+            conn.execute(stmt, rows)
+            found.update(_lookup(conn, new))
+        for h, key in missing.items():
+            if h not in found:
+                raise StoreError(f"series {key!r} vanished while being inserted")
+            ids[key] = found[h]
+
+    c = series_table.c
+    first, last = (
+        bindparam("b_first", type_=c.first_seen_at.type),
+        bindparam("b_last", type_=c.last_seen_at.type),
+    )
+    widen = (
+        update(series_table)
+        .where(c.id == bindparam("b_id"), or_(c.first_seen_at > first, c.last_seen_at < last))
+        .values(
+            first_seen_at=case((c.first_seen_at > first, first), else_=c.first_seen_at),
+            last_seen_at=case((c.last_seen_at < last, last), else_=c.last_seen_at),
+        )
+    )
+    # Sorted by id: concurrent writers then lock shared rows in one order and cannot deadlock.
+    params = sorted(
+        ({"b_id": ids[k], "b_first": f, "b_last": la} for k, (f, la) in spans.items()),
+        key=lambda p: p["b_id"],
+    )
+    if params:
+        conn.execute(widen, params)
+    return ids

@@ -1,0 +1,202 @@
+"""The store: checkpoints in, partition progress, state and ratio tables out."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine, delete, select
+from sqlalchemy.exc import DBAPIError
+
+from monitor.aggregate.bucket import BucketStats
+from monitor.aggregate.series import SeriesKey
+from monitor.store import query, writer
+from monitor.store.checkpoint import GRANULARITIES, Checkpoint, PartitionState
+from monitor.store.db import READ_ONLY, check_migrated, make_engine, redact_url
+from monitor.store.query import RatioRow
+from monitor.store.tables import dedup_table, partitions_table, rollups_table, state_table
+
+log = logging.getLogger(__name__)
+
+COMMIT_ATTEMPTS = 4
+
+# PostgreSQL SQLSTATEs after which the whole checkpoint is simply run again.
+_DEADLOCK, _SERIALIZATION, _UNIQUE = "40P01", "40001", "23505"
+# A unique violation on these means another process inserted the same series or rollup row
+# between our read and our insert; on source_partitions it would be fencing (handled apart).
+_RACY_TABLES = frozenset({"series", "rollups"})
+
+
+def _retryable(exc: DBAPIError) -> bool:
+    orig = exc.orig
+    code = getattr(orig, "sqlstate", None)
+    if code in (_DEADLOCK, _SERIALIZATION):
+        return True
+    if code == _UNIQUE:
+        return getattr(getattr(orig, "diag", None), "table_name", None) in _RACY_TABLES
+    return False
+
+
+class Store:
+    """SQL history of one specwatch deployment (SQLite or PostgreSQL).
+
+    Thread-safe: each call runs in its own connection and transaction.
+    """
+
+    def __init__(self, url: str, *, require_migrated: bool = True) -> None:
+        self.url = redact_url(url)
+        self.engine: Engine = make_engine(url)
+        self._reader = self.engine.execution_options(**{READ_ONLY: True})
+        # Only ids of committed series: an id from a rolled-back insert would point nowhere.
+        self._series_ids: dict[SeriesKey, int] = {}
+        self._ids_lock = threading.Lock()
+        if require_migrated:
+            try:
+                check_migrated(self.engine, display_url=url)
+            except BaseException:
+                self.engine.dispose()
+                raise
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Store({self.url!r})"
+
+    # --- writing ---------------------------------------------------------------------------
+
+    def commit(self, cp: Checkpoint) -> None:
+        """Write ``cp`` in one transaction; :class:`FencedError` leaves nothing written."""
+        now = datetime.now(UTC)
+        state = writer.state_rows(cp.source, cp.state, now)
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            with self._ids_lock:
+                known = dict(self._series_ids)
+            try:
+                with self.engine.begin() as conn:
+                    ids = writer.write_checkpoint(conn, cp, known, state, now)
+            except DBAPIError as exc:
+                if attempt == COMMIT_ATTEMPTS or not _retryable(exc):
+                    raise
+                log.info(
+                    "checkpoint of %s on %s raced another writer (%s); retrying (%d/%d)",
+                    cp.source,
+                    self.url,
+                    getattr(exc.orig, "sqlstate", "?"),
+                    attempt,
+                    COMMIT_ATTEMPTS,
+                )
+                time.sleep(0.01 * attempt)
+                continue
+            with self._ids_lock:
+                self._series_ids.update(ids)
+            return
+
+    def apply_retention(self, now: datetime, retention: Mapping[str, timedelta]) -> dict[str, int]:
+        """Delete rollup rows whose bucket starts before ``now - retention[granularity]``."""
+        query.check_range("minute", now, None)
+        for gran in retention:
+            if gran not in GRANULARITIES:
+                raise ValueError(f"unknown granularity {gran!r} in retention")
+        deleted: dict[str, int] = {}
+        c = rollups_table.c
+        with self.engine.begin() as conn:
+            for gran, keep in retention.items():
+                stmt = delete(rollups_table).where(
+                    c.granularity == gran, c.bucket_start < now - keep
+                )
+                deleted[gran] = conn.execute(stmt).rowcount
+        return deleted
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def load_partitions(self, source: str, partitions: Iterable[int]) -> dict[int, PartitionState]:
+        """Where each partition resumes, and the request ids its dedup log still holds."""
+        wanted = sorted(set(partitions))
+        out = {p: PartitionState() for p in wanted}
+        if not wanted:
+            return out
+        p, d = partitions_table.c, dedup_table.c
+        with self._reader.connect() as conn:
+            rows = conn.execute(
+                select(p.partition, p.next_offset, p.max_event_ts).where(
+                    p.source == source, p.partition.in_(wanted)
+                )
+            )
+            for part, next_offset, max_ts in rows:
+                out[part].next_offset = next_offset
+                out[part].max_event_ts = max_ts
+            logs = conn.execute(
+                select(d.partition, d.ids)
+                .where(d.source == source, d.partition.in_(wanted))
+                .order_by(d.id)
+            )
+            for part, blob in logs:
+                out[part].seen.update(writer.decode_ids(blob))
+        return out
+
+    def load_state(self, source: str, prefix: str = "") -> dict[str, Any]:
+        """The snapshots of ``source`` whose key starts with ``prefix``."""
+        c = state_table.c
+        stmt = select(c.key, c.data).where(c.source == source)
+        if prefix:
+            stmt = stmt.where(c.key.startswith(prefix, autoescape=True))
+        with self._reader.connect() as conn:
+            # SQLite's LIKE ignores ASCII case: the exact prefix test is ours.
+            return {k: v for k, v in conn.execute(stmt) if k.startswith(prefix)}
+
+    def ratios(
+        self,
+        *,
+        granularity: str = "hour",
+        route: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> list[RatioRow]:
+        """Ratio rows by bucket start, then series; ``since`` inclusive, ``until`` exclusive."""
+        with self._reader.connect() as conn:
+            return query.ratio_rows(conn, granularity, route, since, until)
+
+    def stats(
+        self,
+        *,
+        granularity: str = "minute",
+        route: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> dict[SeriesKey, BucketStats]:
+        """Per series, the statistics of all its buckets in the range merged into one."""
+        out: dict[SeriesKey, BucketStats] = {}
+        with self._reader.connect() as conn:
+            for key, _start, stats in query.bucket_rows(conn, granularity, route, since, until):
+                acc = out.get(key)
+                if acc is None:
+                    out[key] = stats
+                else:
+                    acc.merge(stats)
+        return out
+
+    def buckets(
+        self,
+        *,
+        granularity: str,
+        route: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> dict[tuple[SeriesKey, datetime], BucketStats]:
+        """The statistics of each (series, bucket start) in the range."""
+        with self._reader.connect() as conn:
+            return {
+                (key, start): stats
+                for key, start, stats in query.bucket_rows(conn, granularity, route, since, until)
+            }

@@ -1,0 +1,144 @@
+"""The SQL schema, as SQLAlchemy 2 declarative models.
+
+The store writes through SQLAlchemy Core on the ``*_table`` objects (executemany, few round
+trips); the models are there for readers that prefer the ORM. ``migrations/versions`` must
+create exactly this schema: a test compares the two.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from monitor.store.coltypes import SafeString, SafeText, UTCDateTime
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# SQLite only autoincrements an INTEGER PRIMARY KEY, not a BIGINT one.
+_BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Series(Base):
+    """One ratio series (a :class:`~monitor.aggregate.series.SeriesKey`).
+
+    ``key_hash`` (sha256 of the key's JSON) carries uniqueness: a unique index over nine
+    unbounded Unicode columns could exceed PostgreSQL's btree entry size.
+    """
+
+    __tablename__ = "series"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    route: Mapped[str] = mapped_column(SafeText())
+    target_model: Mapped[str] = mapped_column(SafeText())
+    target_revision: Mapped[str] = mapped_column(SafeText())
+    target_tokenizer: Mapped[str] = mapped_column(SafeText())
+    draft_model: Mapped[str] = mapped_column(SafeText())
+    draft_revision: Mapped[str] = mapped_column(SafeText())
+    draft_tokenizer: Mapped[str] = mapped_column(SafeText())
+    method: Mapped[str] = mapped_column(SafeText())
+    num_speculative_tokens: Mapped[int] = mapped_column(Integer)
+    first_seen_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class Rollup(Base):
+    """A :class:`~monitor.aggregate.bucket.BucketStats` of one series over one bucket."""
+
+    __tablename__ = "rollups"
+
+    granularity: Mapped[str] = mapped_column(String(6), primary_key=True)
+    series_id: Mapped[int] = mapped_column(Integer, ForeignKey("series.id"), primary_key=True)
+    bucket_start: Mapped[datetime] = mapped_column(UTCDateTime(), primary_key=True)
+    requests: Mapped[int] = mapped_column(BigInteger)
+    errors: Mapped[int] = mapped_column(BigInteger)
+    spec_requests: Mapped[int] = mapped_column(BigInteger)
+    drafting_requests: Mapped[int] = mapped_column(BigInteger)
+    evicted_requests: Mapped[int] = mapped_column(BigInteger)
+    drafted_tokens: Mapped[int] = mapped_column(BigInteger)
+    accepted_tokens: Mapped[int] = mapped_column(BigInteger)
+    verify_steps: Mapped[int] = mapped_column(BigInteger)
+    output_tokens: Mapped[int] = mapped_column(BigInteger)
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger)
+    batch_size_sum: Mapped[int] = mapped_column(BigInteger)
+    batch_size_count: Mapped[int] = mapped_column(BigInteger)
+    per_position: Mapped[list[int]] = mapped_column(JSON)
+    ttft_ms: Mapped[dict[str, Any]] = mapped_column(JSON)
+    e2e_ms: Mapped[dict[str, Any]] = mapped_column(JSON)
+    decode_tps: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+    __table_args__ = (Index(None, "granularity", "bucket_start"),)
+
+
+class SourcePartition(Base):
+    """Where a source partition resumes; ``next_offset`` is the fencing token."""
+
+    __tablename__ = "source_partitions"
+
+    source: Mapped[str] = mapped_column(SafeString(255), primary_key=True)
+    partition: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    next_offset: Mapped[int] = mapped_column(BigInteger)
+    max_event_ts: Mapped[float | None] = mapped_column(Float, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class DedupLog(Base):
+    """The request ids one checkpoint counted on one partition, for restart-time dedup.
+
+    ``ids`` is zlib-compressed JSON ``[[request_id, ts], ...]``: one row per checkpoint rather
+    than one per request keeps writes to a single insert.
+    """
+
+    __tablename__ = "dedup_log"
+
+    id: Mapped[int] = mapped_column(_BigId, primary_key=True, autoincrement=True)
+    source: Mapped[str] = mapped_column(SafeString(255))
+    partition: Mapped[int] = mapped_column(Integer)
+    min_ts: Mapped[float] = mapped_column(Float)
+    max_ts: Mapped[float] = mapped_column(Float)
+    ids: Mapped[bytes] = mapped_column(LargeBinary)
+
+    __table_args__ = (Index(None, "source", "partition", "max_ts"),)
+
+
+class StateSnapshot(Base):
+    """An opaque, versioned JSON snapshot (detector state) under a key."""
+
+    __tablename__ = "state_snapshots"
+
+    source: Mapped[str] = mapped_column(SafeString(255), primary_key=True)
+    key: Mapped[str] = mapped_column(SafeString(512), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer)
+    data: Mapped[Any] = mapped_column(JSON)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+metadata: MetaData = Base.metadata
+series_table: Table = Series.__table__  # type: ignore[assignment]
+rollups_table: Table = Rollup.__table__  # type: ignore[assignment]
+partitions_table: Table = SourcePartition.__table__  # type: ignore[assignment]
+dedup_table: Table = DedupLog.__table__  # type: ignore[assignment]
+state_table: Table = StateSnapshot.__table__  # type: ignore[assignment]

@@ -1,0 +1,73 @@
+"""The validated telemetry v1 event (see ``shared/spec/telemetry-v1.md``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+STATUSES = frozenset({"ok", "error", "timeout", "cancelled"})
+
+
+@dataclass(slots=True)
+class Event:
+    """One finished request on one route, after validation.
+
+    Absent optional strings are ``None``; an event without a ``spec`` object has
+    ``num_speculative_tokens == 0`` and zero drafted/accepted tokens (speculation off).
+    ``ts`` is event time in Unix seconds (float, UTC).
+    """
+
+    request_id: str
+    ts: float
+    route: str
+    status: str
+    target_model: str
+    target_revision: str
+    target_tokenizer: str
+    output_tokens: int
+    e2e_ms: float
+    draft_model: str | None = None
+    draft_revision: str | None = None
+    draft_tokenizer: str | None = None
+    pinned_target_revision: str | None = None
+    has_spec: bool = False
+    num_speculative_tokens: int = 0
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    verify_steps: int | None = None
+    accepted_per_position: tuple[int, ...] | None = None
+    method: str | None = None
+    prompt_tokens: int | None = None
+    ttft_ms: float | None = None
+    batch_size: int | None = None
+    instance: str | None = None
+    engine: str | None = None
+    draft_evicted: bool = False
+    temperature: float | None = None
+
+    @property
+    def is_error(self) -> bool:
+        return self.status != "ok"
+
+    @property
+    def decode_throughput(self) -> float | None:
+        """Output tokens per second of decode time, when both latencies are known."""
+        if self.ttft_ms is None:
+            return None
+        decode_ms = self.e2e_ms - self.ttft_ms
+        if decode_ms <= 0:
+            return None
+        return self.output_tokens * 1000.0 / decode_ms
+
+
+@dataclass(slots=True, frozen=True)
+class Rejection:
+    """Input that was not counted, with the reason; bound for the dead-letter destination.
+
+    ``raw`` holds the offending bytes: the whole message, one line of it, or one element of
+    a batch re-serialised. ``index`` is the element's position inside a batch or the line
+    number inside a JSON-lines message (0-based), ``None`` for the whole message.
+    """
+
+    reason: str
+    raw: bytes
+    index: int | None = None

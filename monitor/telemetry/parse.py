@@ -1,0 +1,520 @@
+"""Raw Kafka message values (or replay-file lines) to validated telemetry v1 events.
+
+The validator is deliberately straight-line code: parsing is the largest share of ingest cost,
+so it avoids per-field helper calls on the happy path and only builds reason strings (through
+the ``_*_problem`` helpers) once something is already wrong.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import fields
+from datetime import datetime
+
+import orjson
+
+from monitor.telemetry.event import STATUSES, Event, Rejection
+from monitor.telemetry.exceptions import InvalidEvent
+
+__all__ = ["Parser", "event_from_obj"]
+
+MAX_ID_CHARS = 128  # request_id, route
+MAX_NAME_CHARS = 256  # model names, revisions, tokenizers and the other descriptive strings
+MAX_SPEC_TOKENS = 64
+MAX_COUNT = 10**9  # token counts and the like; anything above is a producer bug, not traffic
+MAX_MS = 1e10  # ~116 days
+TS_MIN = 946684800.0  # 2000-01-01T00:00:00Z
+TS_MAX = 4102444800.0  # 2100-01-01T00:00:00Z, exclusive
+
+# fromisoformat alone accepts far more than RFC 3339 (week dates, "+0530", "14:03Z", ","),
+# so the shape is checked first. Space for "T" is the RFC's own readability allowance.
+_rfc3339 = re.compile(
+    r"\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d:\d\d(?:\.\d+)?(?:[Zz]|[+-]\d\d:\d\d)", re.ASCII
+).fullmatch
+_fromisoformat = datetime.fromisoformat
+_loads = orjson.loads
+_dumps = orjson.dumps
+_JSONDecodeError = orjson.JSONDecodeError
+
+# event_from_obj builds Event positionally (3x cheaper than keywords); fail loudly at import
+# rather than silently shift values if someone reorders the dataclass.
+_EVENT_ORDER = (
+    "request_id", "ts", "route", "status", "target_model", "target_revision",
+    "target_tokenizer", "output_tokens", "e2e_ms", "draft_model", "draft_revision",
+    "draft_tokenizer", "pinned_target_revision", "has_spec", "num_speculative_tokens",
+    "drafted_tokens", "accepted_tokens", "verify_steps", "accepted_per_position", "method",
+    "prompt_tokens", "ttft_ms", "batch_size", "instance", "engine", "draft_evicted",
+    "temperature",
+)  # fmt: skip
+if tuple(f.name for f in fields(Event))[: len(_EVENT_ORDER)] != _EVENT_ORDER:
+    raise ImportError("Event fields changed order; update event_from_obj in telemetry/parse.py")
+
+
+class Parser:
+    """Turns one message into events and rejections; never raises.
+
+    A message is one JSON object, a JSON array of objects (a batch) or JSON lines (each line an
+    object or a batch); a message that does not parse whole is read as JSON lines only if at
+    least one of its lines is a JSON object or array, else it is one rejection. Messages over
+    ``max_message_bytes`` are rejected unread. An empty batch is harmless and yields nothing.
+
+    Rejections of a batch element carry its position as ``index`` and the element
+    re-serialised as ``raw``; for a line of JSON lines, ``index`` is the 0-based line number
+    (an element of a batch on that line has its position in the reason). Message-level
+    rejections have ``index=None`` and the whole message as ``raw``.
+
+    >>> ok = {"request_id": "r-1", "ts": "2026-11-02T14:03:07Z", "route": "chat",
+    ...       "target": {"model": "m", "revision": "1", "tokenizer": "t"},
+    ...       "output_tokens": 9, "e2e_ms": 120.5}
+    >>> events, rejections = Parser().parse(orjson.dumps([ok, {**ok, "e2e_ms": -1}]))
+    >>> [(e.route, e.ts, e.status) for e in events]
+    [('chat', 1793628187.0, 'ok')]
+    >>> [(r.index, r.reason) for r in rejections]
+    [(1, 'e2e_ms must be >= 0 (got -1)')]
+    """
+
+    __slots__ = ("max_message_bytes",)
+
+    def __init__(self, max_message_bytes: int = 1 << 20) -> None:
+        if max_message_bytes < 1:
+            raise ValueError(f"max_message_bytes must be >= 1, got {max_message_bytes}")
+        self.max_message_bytes = max_message_bytes
+
+    def parse(self, raw: bytes) -> tuple[list[Event], list[Rejection]]:
+        """Valid events and rejections (with reasons) of one message."""
+        try:
+            return self._parse(raw)
+        except Exception as exc:  # last resort: one poison message must not stop ingest
+            whole = raw if isinstance(raw, bytes) else b""
+            return [], [Rejection(f"internal error: {type(exc).__name__}: {exc}", whole)]
+
+    def _parse(self, raw: bytes) -> tuple[list[Event], list[Rejection]]:
+        if type(raw) is not bytes:
+            raw = bytes(raw)  # bytearray / memoryview from a client library
+        size = len(raw)
+        if size > self.max_message_bytes:
+            reason = f"message too large: {size} bytes > limit {self.max_message_bytes}"
+            return [], [Rejection(reason, raw)]
+        try:
+            doc = _loads(raw)
+        except _JSONDecodeError as exc:
+            if not raw.strip():
+                return [], [Rejection("empty message", raw)]
+            if b"\n" in raw:
+                events, rejections, any_container = _parse_lines(raw)
+                if any_container:
+                    return events, rejections
+            # not JSON lines either (say, a truncated pretty-printed object): one rejection,
+            # rather than one per line of noise
+            return [], [Rejection(_decode_problem(raw, exc), raw)]
+        if type(doc) is list:
+            return _parse_batch(doc, raw, None)
+        try:
+            return [event_from_obj(doc)], []
+        except InvalidEvent as exc:
+            reason = exc.reason
+            if type(doc) is not dict:
+                reason = f"message must be a JSON object or array (got {_kind(doc)})"
+            return [], [Rejection(reason, raw)]
+
+
+def _parse_lines(raw: bytes) -> tuple[list[Event], list[Rejection], bool]:
+    """Events and rejections of JSON lines, and whether any line was a JSON object or array.
+
+    A lone number is no evidence of JSON lines: a pretty-printed array has such lines.
+    """
+    events: list[Event] = []
+    rejections: list[Rejection] = []
+    any_container = False
+    for number, line in enumerate(raw.split(b"\n")):
+        if not line.strip():
+            continue
+        try:
+            doc = _loads(line)
+        except _JSONDecodeError as exc:
+            rejections.append(Rejection(_decode_problem(line, exc), line, number))
+            continue
+        if type(doc) is list:
+            any_container = True
+            found, rejected = _parse_batch(doc, line, number)
+            events += found
+            rejections += rejected
+            continue
+        any_container |= type(doc) is dict
+        try:
+            events.append(event_from_obj(doc))
+        except InvalidEvent as exc:
+            reason = exc.reason
+            if type(doc) is not dict:
+                reason = f"line must be a JSON object or array (got {_kind(doc)})"
+            rejections.append(Rejection(reason, line, number))
+    return events, rejections, any_container
+
+
+def _parse_batch(
+    doc: list[object], whole: bytes, line: int | None
+) -> tuple[list[Event], list[Rejection]]:
+    events: list[Event] = []
+    rejections: list[Rejection] = []
+    add = events.append
+    for i, obj in enumerate(doc):
+        try:
+            add(event_from_obj(obj))
+        except InvalidEvent as exc:
+            reason = exc.reason if line is None else f"element {i}: {exc.reason}"
+            rejections.append(Rejection(reason, _dump(obj, whole), i if line is None else line))
+        except Exception as exc:  # a validator bug must cost one element, not the batch
+            reason = f"internal error: {type(exc).__name__}: {exc}"
+            rejections.append(Rejection(reason, _dump(obj, whole), i if line is None else line))
+    return events, rejections
+
+
+def _dump(obj: object, whole: bytes) -> bytes:
+    try:
+        return _dumps(obj)
+    except orjson.JSONEncodeError:
+        # orjson writes at most 255 levels but reads 1024; keep the evidence as the message
+        return whole
+
+
+def _decode_problem(raw: bytes, exc: orjson.JSONDecodeError) -> str:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        return f"invalid UTF-8 at byte {bad.start}"
+    message = str(exc)
+    if "depth limit" in message or "recursion" in message.lower():
+        return f"invalid JSON: nesting too deep ({message})"
+    return f"invalid JSON: {message}"
+
+
+def event_from_obj(obj: object) -> Event:
+    """Validate one decoded JSON value; raises ``InvalidEvent`` naming the first problem.
+
+    >>> event_from_obj({"request_id": "r-1"})
+    Traceback (most recent call last):
+    ...
+    monitor.telemetry.exceptions.InvalidEvent: missing required field: ts
+    """
+    if type(obj) is not dict:
+        raise InvalidEvent(f"event must be a JSON object (got {_kind(obj)})")
+    get = obj.get
+
+    request_id = get("request_id")
+    if type(request_id) is not str or not 0 < len(request_id) <= MAX_ID_CHARS:
+        raise InvalidEvent(_str_problem("request_id", request_id, MAX_ID_CHARS))
+
+    raw_ts = get("ts")
+    kind = type(raw_ts)
+    if kind is str:
+        # Fast path for the usual "2026-11-02T14:03:07[.fff]Z"; given that shape, fromisoformat
+        # only succeeds on RFC 3339 (tests check this). Anything else takes the regex.
+        if (
+            raw_ts[4:17:3] == "--T::"
+            and raw_ts[-1] == "Z"
+            and (len(raw_ts) == 20 or len(raw_ts) > 21 and raw_ts[19] == ".")
+        ):
+            try:
+                ts = _fromisoformat(raw_ts).timestamp()
+            except (ValueError, OverflowError):
+                ts = _ts_slow(raw_ts)
+        else:
+            ts = _ts_slow(raw_ts)
+    elif kind is float:
+        ts = raw_ts
+    elif kind is int and TS_MIN <= raw_ts < TS_MAX:
+        ts = float(raw_ts)
+    else:
+        raise InvalidEvent(_ts_problem(raw_ts))
+    if not TS_MIN <= ts < TS_MAX:
+        raise InvalidEvent(_ts_problem(raw_ts))
+
+    route = get("route")
+    if type(route) is not str or not 0 < len(route) <= MAX_ID_CHARS:
+        raise InvalidEvent(_str_problem("route", route, MAX_ID_CHARS))
+
+    status = get("status")
+    if status is None:
+        status = "ok"
+    elif type(status) is not str or status not in STATUSES:
+        raise InvalidEvent(
+            f"status must be one of {', '.join(sorted(STATUSES))} (got {_show(status)})"
+        )
+
+    target = get("target")
+    if type(target) is not dict:
+        raise InvalidEvent(_object_problem("target", target))
+    tget = target.get
+    target_model = tget("model")
+    if type(target_model) is not str or not 0 < len(target_model) <= MAX_NAME_CHARS:
+        raise InvalidEvent(_str_problem("target.model", target_model, MAX_NAME_CHARS))
+    target_revision = tget("revision")
+    if type(target_revision) is not str or not 0 < len(target_revision) <= MAX_NAME_CHARS:
+        raise InvalidEvent(_str_problem("target.revision", target_revision, MAX_NAME_CHARS))
+    target_tokenizer = tget("tokenizer")
+    if type(target_tokenizer) is not str or not 0 < len(target_tokenizer) <= MAX_NAME_CHARS:
+        raise InvalidEvent(_str_problem("target.tokenizer", target_tokenizer, MAX_NAME_CHARS))
+
+    draft = get("draft")
+    if draft is None:
+        draft_model = draft_revision = draft_tokenizer = pinned = None
+    elif type(draft) is dict:
+        dget = draft.get
+        draft_model = dget("model")
+        if type(draft_model) is not str or not 0 < len(draft_model) <= MAX_NAME_CHARS:
+            raise InvalidEvent(_str_problem("draft.model", draft_model, MAX_NAME_CHARS))
+        draft_revision = dget("revision")
+        if type(draft_revision) is not str or not 0 < len(draft_revision) <= MAX_NAME_CHARS:
+            raise InvalidEvent(_str_problem("draft.revision", draft_revision, MAX_NAME_CHARS))
+        draft_tokenizer = dget("tokenizer")
+        if type(draft_tokenizer) is not str or not 0 < len(draft_tokenizer) <= MAX_NAME_CHARS:
+            raise InvalidEvent(_str_problem("draft.tokenizer", draft_tokenizer, MAX_NAME_CHARS))
+        pinned = dget("pinned_target_revision")
+        if pinned is not None and (type(pinned) is not str or len(pinned) > MAX_NAME_CHARS):
+            raise InvalidEvent(_str_problem("draft.pinned_target_revision", pinned, 0))
+    else:
+        raise InvalidEvent(_object_problem("draft", draft))
+
+    spec = get("spec")
+    if spec is None:
+        has_spec = False
+        nst = drafted = accepted = 0
+        verify_steps = per_position = method = None
+    elif type(spec) is dict:
+        has_spec = True
+        sget = spec.get
+        nst = sget("num_speculative_tokens")
+        if type(nst) is not int or nst < 1 or nst > MAX_SPEC_TOKENS:
+            raise InvalidEvent(_int_problem("spec.num_speculative_tokens", nst, 1, MAX_SPEC_TOKENS))
+        drafted = sget("drafted_tokens")
+        if type(drafted) is not int or drafted < 0 or drafted > MAX_COUNT:
+            raise InvalidEvent(_int_problem("spec.drafted_tokens", drafted, 0, MAX_COUNT))
+        accepted = sget("accepted_tokens")
+        if type(accepted) is not int or accepted < 0 or accepted > MAX_COUNT:
+            raise InvalidEvent(_int_problem("spec.accepted_tokens", accepted, 0, MAX_COUNT))
+        if accepted > drafted:
+            raise InvalidEvent(
+                f"spec.accepted_tokens ({accepted}) > spec.drafted_tokens ({drafted})"
+            )
+        verify_steps = sget("verify_steps")
+        if verify_steps is not None and (
+            type(verify_steps) is not int or verify_steps < 0 or verify_steps > MAX_COUNT
+        ):
+            raise InvalidEvent(_int_problem("spec.verify_steps", verify_steps, 0, MAX_COUNT))
+        per_position = sget("accepted_per_position")
+        if per_position is not None:
+            if type(per_position) is not list:
+                raise InvalidEvent(
+                    f"spec.accepted_per_position must be an array (got {_show(per_position)})"
+                )
+            if len(per_position) != nst:
+                raise InvalidEvent(
+                    f"spec.accepted_per_position has {len(per_position)} entries, want"
+                    f" spec.num_speculative_tokens = {nst}"
+                )
+            for n in per_position:
+                if type(n) is not int or n < 0 or n > MAX_COUNT:
+                    i = [m is n for m in per_position].index(True)
+                    raise InvalidEvent(
+                        _int_problem(f"spec.accepted_per_position[{i}]", n, 0, MAX_COUNT)
+                    )
+            total = sum(per_position)
+            if total != accepted:
+                raise InvalidEvent(
+                    f"spec.accepted_per_position sums to {total}, want"
+                    f" spec.accepted_tokens = {accepted}"
+                )
+            per_position = tuple(per_position)
+        method = sget("method")
+        if method is not None and (type(method) is not str or len(method) > MAX_NAME_CHARS):
+            raise InvalidEvent(_str_problem("spec.method", method, 0))
+        params = sget("params")
+        if params is not None and type(params) is not dict:
+            raise InvalidEvent(_object_problem("spec.params", params))
+    else:
+        raise InvalidEvent(_object_problem("spec", spec))
+
+    output_tokens = get("output_tokens")
+    if type(output_tokens) is not int or output_tokens < 0 or output_tokens > MAX_COUNT:
+        raise InvalidEvent(_int_problem("output_tokens", output_tokens, 0, MAX_COUNT))
+    prompt_tokens = get("prompt_tokens")
+    if prompt_tokens is not None and (
+        type(prompt_tokens) is not int or prompt_tokens < 0 or prompt_tokens > MAX_COUNT
+    ):
+        raise InvalidEvent(_int_problem("prompt_tokens", prompt_tokens, 0, MAX_COUNT))
+
+    # Numbers: a chained comparison also rejects NaN; ints are range-checked before float()
+    # so that an arbitrary Python int cannot overflow.
+    ttft_ms = get("ttft_ms")
+    if ttft_ms is not None:
+        kind = type(ttft_ms)
+        if kind is int and 0 <= ttft_ms <= MAX_MS:
+            ttft_ms = float(ttft_ms)
+        elif kind is not float or not 0.0 <= ttft_ms <= MAX_MS:
+            raise InvalidEvent(_number_problem("ttft_ms", ttft_ms, MAX_MS))
+    e2e_ms = get("e2e_ms")
+    kind = type(e2e_ms)
+    if kind is int and 0 <= e2e_ms <= MAX_MS:
+        e2e_ms = float(e2e_ms)
+    elif kind is not float or not 0.0 <= e2e_ms <= MAX_MS:
+        raise InvalidEvent(_number_problem("e2e_ms", e2e_ms, MAX_MS))
+    if ttft_ms is not None and ttft_ms > e2e_ms:
+        raise InvalidEvent(f"ttft_ms ({ttft_ms}) > e2e_ms ({e2e_ms})")
+
+    batch_size = get("batch_size")
+    if batch_size is not None and (
+        type(batch_size) is not int or batch_size < 1 or batch_size > MAX_COUNT
+    ):
+        raise InvalidEvent(_int_problem("batch_size", batch_size, 1, MAX_COUNT))
+    instance = get("instance")
+    if instance is not None and (type(instance) is not str or len(instance) > MAX_NAME_CHARS):
+        raise InvalidEvent(_str_problem("instance", instance, 0))
+    engine = get("engine")
+    if engine is not None and (type(engine) is not str or len(engine) > MAX_NAME_CHARS):
+        raise InvalidEvent(_str_problem("engine", engine, 0))
+    draft_evicted = get("draft_evicted")
+    if draft_evicted is None:
+        draft_evicted = False
+    elif type(draft_evicted) is not bool:
+        raise InvalidEvent(f"draft_evicted must be a boolean (got {_show(draft_evicted)})")
+    temperature = get("temperature")
+    if temperature is not None:
+        kind = type(temperature)
+        if kind is int and 0 <= temperature <= MAX_MS:
+            temperature = float(temperature)
+        elif kind is not float or not 0.0 <= temperature <= MAX_MS:
+            raise InvalidEvent(_number_problem("temperature", temperature, MAX_MS))
+
+    return Event(
+        request_id, ts, route, status, target_model, target_revision, target_tokenizer,
+        output_tokens, e2e_ms, draft_model, draft_revision, draft_tokenizer, pinned, has_spec,
+        nst, drafted, accepted, verify_steps, per_position, method, prompt_tokens, ttft_ms,
+        batch_size, instance, engine, draft_evicted, temperature,
+    )  # fmt: skip
+
+
+def _ts_slow(text: str) -> float:
+    ts = _read_rfc3339(text)
+    if ts is None:
+        raise InvalidEvent(_ts_problem(text))
+    return ts
+
+
+def _read_rfc3339(text: str) -> float | None:
+    if _rfc3339(text) is None:
+        return None
+    try:
+        return _fromisoformat(text).timestamp()
+    except (ValueError, OverflowError):
+        pass
+    # Valid RFC 3339 that fromisoformat refuses: lowercase "t"/"z" and leap seconds (":60").
+    fixed = text[:10] + "T" + text[11:]
+    if fixed[-1] in "zZ":
+        fixed = fixed[:-1] + "+00:00"
+    leap = fixed[17:19] == "60"
+    if leap:
+        fixed = fixed[:17] + "59" + fixed[19:]
+    try:
+        return _fromisoformat(fixed).timestamp() + leap
+    except (ValueError, OverflowError):
+        return None
+
+
+# The helpers below run only once a value is known to be bad: they name the problem.
+
+
+def _ts_problem(value: object) -> str:
+    if value is None:
+        return "missing required field: ts"
+    kind = type(value)
+    if kind is str:
+        if _read_rfc3339(value) is None:  # type: ignore[arg-type]
+            return f"ts: cannot read {_short(value)} (want RFC 3339 with zone or Unix seconds)"
+    elif kind is int or kind is float:
+        if kind is float and not math.isfinite(value):  # type: ignore[arg-type]
+            return f"ts must be finite (got {value!r})"
+    else:
+        return f"ts must be an RFC 3339 string or Unix seconds (got {_show(value)})"
+    return f"ts {_short(value)} is outside [2000-01-01, 2100-01-01)"
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    kind = type(value)
+    if kind is bool:
+        return "boolean"
+    if kind is int or kind is float:
+        return "number"
+    if kind is str:
+        return "string"
+    if kind is list:
+        return "array"
+    if kind is dict:
+        return "object"
+    return type(value).__name__
+
+
+def _short(value: object, limit: int = 64) -> str:
+    try:
+        text = repr(value)
+    except ValueError:  # an int too long for str() (Python's 4300-digit limit)
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _show(value: object) -> str:
+    if type(value) in (list, dict) or value is None:
+        return _kind(value)
+    if type(value) is bool:
+        return f"boolean {'true' if value else 'false'}"
+    return f"{_kind(value)} {_short(value)}"
+
+
+def _object_problem(path: str, value: object) -> str:
+    if value is None:
+        return f"missing required field: {path}"
+    return f"{path} must be an object (got {_show(value)})"
+
+
+def _str_problem(path: str, value: object, limit: int) -> str:
+    """``limit`` 0 marks an optional string, which may be empty."""
+    if value is None:
+        return f"missing required field: {path}"
+    if type(value) is not str:
+        return f"{path} must be a string (got {_show(value)})"
+    if limit == 0:
+        return f"{path} must be at most {MAX_NAME_CHARS} characters (got {len(value)})"
+    return f"{path} must be 1..{limit} characters (got {len(value)})"
+
+
+def _int_problem(path: str, value: object, low: int, high: int) -> str:
+    if value is None:
+        return f"missing required field: {path}"
+    kind = type(value)
+    if kind is float:
+        if not math.isfinite(value):  # type: ignore[arg-type]
+            return f"{path} must be finite (got {value!r})"
+        if abs(value) > MAX_COUNT:  # type: ignore[arg-type]
+            return f"{path} is a huge number ({_short(value)} > {MAX_COUNT})"
+    if kind is not int:
+        return f"{path} must be an integer (got {_show(value)})"
+    if value < low:  # type: ignore[operator]
+        return f"{path} must be >= {low} (got {_short(value)})"
+    if high == MAX_COUNT:
+        return f"{path} is a huge number ({_short(value)} > {high})"
+    return f"{path} must be <= {high} (got {_short(value)})"
+
+
+def _number_problem(path: str, value: object, high: float) -> str:
+    if value is None:
+        return f"missing required field: {path}"
+    kind = type(value)
+    if kind is not int and kind is not float:
+        return f"{path} must be a number (got {_show(value)})"
+    if kind is float and not math.isfinite(value):  # type: ignore[arg-type]
+        return f"{path} must be finite (got {value!r})"
+    if value < 0:  # type: ignore[operator]
+        return f"{path} must be >= 0 (got {_short(value)})"
+    return f"{path} is a huge number ({_short(value)} > {high:g})"

@@ -1,0 +1,55 @@
+"""LogHistogram: bounded relative error, exact merges, JSON round trip."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from monitor.aggregate.sketch import LogHistogram
+
+
+def exact_quantile(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[int(q * (len(s) - 1))]
+
+
+@pytest.mark.parametrize("q", [0.01, 0.5, 0.9, 0.99])
+def test_quantiles_within_relative_accuracy(q: float) -> None:
+    rng = random.Random(q)
+    values = [rng.lognormvariate(5, 1.5) for _ in range(20_000)]
+    h = LogHistogram()
+    for v in values:
+        h.update(v)
+    assert h.quantile(q) == pytest.approx(exact_quantile(values, q), rel=0.0101)
+
+
+@given(st.lists(st.floats(min_value=0, max_value=1e9, allow_nan=False), min_size=1),
+       st.lists(st.floats(min_value=0, max_value=1e9, allow_nan=False), min_size=1))
+def test_merge_equals_one_histogram_of_both(a: list[float], b: list[float]) -> None:
+    ha, hb, both = LogHistogram(), LogHistogram(), LogHistogram()
+    for v in a:
+        ha.update(v)
+        both.update(v)
+    for v in b:
+        hb.update(v)
+        both.update(v)
+    ha.merge(hb)
+    assert ha == both
+    assert LogHistogram.from_json(ha.to_json()) == both
+
+
+def test_zeros_empty_and_bad_arguments() -> None:
+    h = LogHistogram()
+    assert h.quantile(0.5) is None and h.mean is None
+    h.update(0.0)
+    h.update(10.0)
+    assert h.quantile(0.0) == 0.0
+    with pytest.raises(ValueError):
+        h.quantile(1.5)
+    with pytest.raises(ValueError):
+        LogHistogram(0.0)
+    with pytest.raises(ValueError):
+        h.merge(LogHistogram(0.05))

@@ -1,0 +1,86 @@
+"""Checks and helpers shared by the simulator tests (telemetry v1 as in shared/spec)."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+STATUSES = {"ok", "error", "timeout", "cancelled"}
+
+
+def _int(value: Any, low: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _number(value: Any) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )
+
+
+def _model(obj: Any, draft: bool) -> None:
+    assert isinstance(obj, dict)
+    keys = {"model", "revision", "tokenizer"} | ({"pinned_target_revision"} if draft else set())
+    assert {"model", "revision", "tokenizer"} <= set(obj) <= keys, obj
+    assert all(isinstance(v, str) and v for v in obj.values()), obj
+
+
+def check_event(e: dict[str, Any]) -> None:
+    """Assert that ``e`` is a valid telemetry v1 event with consistent counters."""
+    assert orjson.loads(orjson.dumps(e)) == e  # plain JSON values only
+    assert isinstance(e["request_id"], str) and 1 <= len(e["request_id"]) <= 128
+    assert isinstance(e["ts"], str) and TS.match(e["ts"]), e["ts"]
+    assert isinstance(e["route"], str) and 1 <= len(e["route"]) <= 128
+    assert e["status"] in STATUSES
+    _model(e["target"], draft=False)
+    if "draft" in e:
+        _model(e["draft"], draft=True)
+        assert isinstance(e["draft_evicted"], bool)
+    spec = e["spec"]
+    k = spec["num_speculative_tokens"]
+    assert _int(k, 1)
+    drafted, accepted, steps = spec["drafted_tokens"], spec["accepted_tokens"], spec["verify_steps"]
+    assert _int(drafted) and _int(accepted) and _int(steps)
+    assert accepted <= drafted
+    per_pos = spec["accepted_per_position"]
+    assert isinstance(per_pos, list) and len(per_pos) == k and all(_int(x) for x in per_pos)
+    assert sum(per_pos) == accepted
+    # draft steps accept a prefix: survivors can only shrink along the positions
+    assert all(a >= b for a, b in zip([steps, *per_pos], per_pos, strict=False)), (steps, per_pos)
+    assert drafted == k * steps
+    assert isinstance(spec["method"], str)
+    assert _int(e["output_tokens"]) and _int(e["prompt_tokens"])
+    if drafted:
+        assert e["output_tokens"] == steps + accepted  # each step emits its accepted + a bonus
+    assert _number(e["ttft_ms"]) and _number(e["e2e_ms"])
+    assert e["ttft_ms"] <= e["e2e_ms"]
+    assert _int(e["batch_size"], 1)
+    assert isinstance(e["instance"], str) and re.fullmatch(r"pod-\d+", e["instance"])
+    assert e["engine"] == "vllm"
+    assert e["temperature"] in (0.0, 0.7)
+
+
+def ts_of(e: dict[str, Any]) -> float:
+    return datetime.fromisoformat(e["ts"]).timestamp()
+
+
+def rate(events: Iterable[dict[str, Any]]) -> float:
+    """Pooled acceptance: sum(accepted) / sum(drafted)."""
+    a = d = 0
+    for e in events:
+        a += e["spec"]["accepted_tokens"]
+        d += e["spec"]["drafted_tokens"]
+    return a / d
+
+
+def throughput(e: dict[str, Any]) -> float:
+    return e["output_tokens"] / ((e["e2e_ms"] - e["ttft_ms"]) / 1000)

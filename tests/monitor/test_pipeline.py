@@ -1,0 +1,179 @@
+"""The ingest pipeline's counting rules, on a store kept in memory."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import orjson
+import pytest
+from prometheus_client import CollectorRegistry
+
+from monitor.aggregate.bucket import BucketStats
+from monitor.config import IngestConfig
+from monitor.deadletter import CountingDeadLetter
+from monitor.metrics import IngestMetrics
+from monitor.pipeline import Pipeline
+from monitor.store.checkpoint import Checkpoint, PartitionState
+from monitor.store.exceptions import FencedError
+from tests.monitor.telemetry.bad_inputs import valid_event
+
+
+class MemoryStore:
+    """Just enough of the store contract to watch what a pipeline commits."""
+
+    def __init__(self) -> None:
+        self.rollups: dict = {}
+        self.offsets: dict[int, int] = {}
+        self.max_ts: dict[int, float | None] = {}
+        self.ids: dict[int, dict[str, float]] = {}
+        self.commits = 0
+
+    def commit(self, cp: Checkpoint) -> None:
+        for pc in cp.partitions:
+            if self.offsets.get(pc.partition) != pc.expected_offset:
+                raise FencedError(f"partition {pc.partition}")
+        for pc in cp.partitions:
+            self.offsets[pc.partition] = pc.next_offset
+            self.max_ts[pc.partition] = pc.max_event_ts
+            ids = self.ids.setdefault(pc.partition, {})
+            ids.update(pc.new_ids)
+            if pc.prune_before is not None:
+                for rid in [r for r, ts in ids.items() if ts < pc.prune_before]:
+                    del ids[rid]
+        for key, delta in cp.rollups.items():
+            self.rollups.setdefault(key, BucketStats()).merge(delta)
+        self.commits += 1
+
+    def load_partitions(self, source: str, partitions: Iterable[int]) -> dict[int, PartitionState]:
+        return {
+            p: PartitionState(self.offsets[p], self.max_ts[p], dict(self.ids.get(p, {})))
+            for p in partitions
+            if p in self.offsets
+        }
+
+    def totals(self) -> tuple[int, int, int]:
+        b = BucketStats()
+        for v in self.rollups.values():
+            b.merge(v)
+        return b.requests, b.drafted_tokens, b.accepted_tokens
+
+
+def make(store: MemoryStore, **cfg: float) -> tuple[Pipeline, CountingDeadLetter, IngestMetrics]:
+    dl = CountingDeadLetter()
+    metrics = IngestMetrics(CollectorRegistry())
+    pipeline = Pipeline(store, "test", IngestConfig(**cfg), metrics, dl)
+    pipeline.assign([0])
+    return pipeline, dl, metrics
+
+
+def msg(*events: dict) -> bytes:
+    return orjson.dumps(list(events) if len(events) != 1 else events[0])
+
+
+T0 = 1_792_999_980.0  # 2026-10-26, on a minute boundary: times before 2000 are rejected
+
+
+def ev(rid: str, ts: float, drafted: int = 10, accepted: int = 7, route: str = "code") -> dict:
+    return valid_event(
+        request_id=rid, ts=T0 + ts, route=route,
+        spec={"num_speculative_tokens": 5, "drafted_tokens": drafted,
+              "accepted_tokens": accepted},
+    )
+
+
+def test_counts_each_request_once_across_messages_and_checkpoints() -> None:
+    store = MemoryStore()
+    p, _, metrics = make(store)
+    p.process(0, 0, msg(ev("a", 1000.0), ev("b", 1001.0)))
+    p.checkpoint()
+    p.process(0, 1, msg(ev("a", 1000.0)))  # a producer retry, after a checkpoint
+    p.process(0, 2, msg(ev("b", 1001.0), ev("c", 1002.0)))
+    p.checkpoint()
+    assert store.totals() == (3, 30, 21)
+    assert metrics.registry.get_sample_value("specwatch_duplicate_events_total") == 2.0
+    assert store.offsets[0] == 3
+
+
+def test_dedup_survives_a_restart_from_the_store() -> None:
+    store = MemoryStore()
+    p, _, _ = make(store)
+    p.process(0, 0, msg(ev("a", 1000.0)))
+    p.checkpoint()
+    restarted, _, _ = make(store)
+    restarted.process(0, 1, msg(ev("a", 1000.0), ev("b", 1000.5)))
+    restarted.checkpoint()
+    assert store.totals()[0] == 2
+
+
+def test_late_events_beyond_the_allowance_go_to_the_dead_letter() -> None:
+    store = MemoryStore()
+    p, dl, metrics = make(store, allowed_lateness=60.0, dedup_horizon=60.0)
+    p.process(0, 0, msg(ev("a", 10_000.0)))
+    p.process(0, 1, msg(ev("in-allowance", 10_000.0 - 59.0)))
+    p.process(0, 2, msg(ev("too-late", 10_000.0 - 61.0)))
+    p.checkpoint()
+    assert store.totals()[0] == 2
+    assert dl.count == 1
+    assert metrics.registry.get_sample_value("specwatch_late_events_total") == 1.0
+    assert metrics.registry.get_sample_value("specwatch_invalid_events_total") == 0.0
+
+
+def test_invalid_events_are_counted_and_valid_neighbours_kept() -> None:
+    store = MemoryStore()
+    p, dl, metrics = make(store)
+    bad = ev("bad", 1000.0, drafted=3, accepted=4)
+    p.process(0, 0, msg(ev("ok1", 1000.0), bad, ev("ok2", 1000.0)))
+    p.process(0, 1, b"{not json")
+    p.checkpoint()
+    assert store.totals()[0] == 2
+    assert dl.count == 2
+    assert metrics.registry.get_sample_value("specwatch_invalid_events_total") == 2.0
+
+
+def test_fenced_checkpoint_drops_state_and_resumes_from_the_store() -> None:
+    store = MemoryStore()
+    p, _, metrics = make(store)
+    p.process(0, 0, msg(ev("a", 1000.0)))
+    assert p.checkpoint()
+    p.process(0, 1, msg(ev("b", 1000.0)))
+    store.offsets[0] = 5  # another consumer moved on
+    assert not p.checkpoint()
+    assert p.partitions == []
+    assert metrics.registry.get_sample_value("specwatch_checkpoint_fenced_total") == 1.0
+    assert p.assign([0]) == {0: 5}
+    assert store.totals()[0] == 1
+
+
+def test_events_land_in_minute_buckets_of_their_event_time() -> None:
+    store = MemoryStore()
+    p, _, _ = make(store)
+    p.process(0, 0, msg(ev("a", 120.0), ev("b", 179.9), ev("c", 180.0)))
+    p.checkpoint()
+    starts = sorted(minute - int(T0) for (_, minute) in store.rollups)
+    assert starts == [120, 180]
+
+
+def test_no_draft_requests_are_not_zero_acceptance() -> None:
+    store = MemoryStore()
+    p, _, _ = make(store)
+    p.process(0, 0, msg(ev("a", 100.0, drafted=10, accepted=8), ev("b", 100.0, 0, 0)))
+    p.checkpoint()
+    (bucket,) = store.rollups.values()
+    assert bucket.acceptance_rate == pytest.approx(0.8)
+    assert (bucket.spec_requests, bucket.drafting_requests) == (2, 1)
+
+
+def test_checkpoint_is_due_by_events_or_time() -> None:
+    now = [0.0]
+    store = MemoryStore()
+    p = Pipeline(store, "t", IngestConfig(checkpoint_interval=5.0, checkpoint_max_events=3),
+                 IngestMetrics(CollectorRegistry()), CountingDeadLetter(), clock=lambda: now[0])
+    p.assign([0])
+    p.process(0, 0, msg(ev("a", 1.0), ev("b", 1.0)))
+    assert not p.due()
+    p.process(0, 1, msg(ev("c", 1.0)))
+    assert p.due()
+    p.checkpoint()
+    assert not p.due()
+    now[0] = 5.0
+    assert p.due()
