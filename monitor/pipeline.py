@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import orjson
 
 from monitor.aggregate.bucket import BucketStats
-from monitor.aggregate.series import SeriesKey, series_key
+from monitor.aggregate.series import SeriesKey
 from monitor.config import IngestConfig
 from monitor.deadletter import DeadLetterSink
 from monitor.metrics import IngestMetrics
@@ -55,7 +55,7 @@ class PartitionTracker:
     max_ts: float
     seen: dict[str, float]
     order: deque[tuple[float, str]] = field(default_factory=deque)
-    new_ids: list[tuple[str, float]] = field(default_factory=list)
+    new_ids: list[tuple[float, str]] = field(default_factory=list)
     dirty: bool = False
 
     @classmethod
@@ -120,7 +120,8 @@ class Pipeline:
         self.summary = IngestSummary()
         self._clock = clock
         self._partitions: dict[int, PartitionTracker] = {}
-        self._pending: dict[tuple[SeriesKey, int], BucketStats] = {}
+        # (*series key fields, minute bucket start) -> statistics since the last checkpoint
+        self._pending: dict[tuple[Any, ...], BucketStats] = {}
         self._pending_events = 0
         self._last_checkpoint = clock()
         self._lateness = config.allowed_lateness
@@ -220,9 +221,15 @@ class Pipeline:
             if ts > max_ts:
                 max_ts = ts
             seen[rid] = ts
-            order.append((ts, rid))
-            new_ids.append((rid, ts))
-            bucket_key = (series_key(e), int(ts // 60) * 60)
+            item = (ts, rid)
+            order.append(item)
+            new_ids.append(item)
+            # A plain tuple is cheaper to build than a SeriesKey; checkpoint() converts.
+            bucket_key = (
+                e.route, e.target_model, e.target_revision, e.target_tokenizer,
+                e.draft_model or "", e.draft_revision or "", e.draft_tokenizer or "",
+                e.method or "", e.num_speculative_tokens, int(ts // 60) * 60,
+            )
             bucket = pending.get(bucket_key)
             if bucket is None:
                 bucket = pending[bucket_key] = BucketStats()
@@ -281,12 +288,13 @@ class Pipeline:
                     next_offset=t.next_offset,
                     expected_offset=t.expected_offset,
                     max_event_ts=t.max_ts if t.max_ts != NEG_INF else None,
-                    new_ids=t.new_ids,
+                    new_ids=[(rid, ts) for ts, rid in t.new_ids],
                     prune_before=t.max_ts - self._horizon if t.max_ts != NEG_INF else None,
                 )
             )
         state = self.observer.snapshot() if self.observer is not None else {}
-        cp = Checkpoint(self.source, rollups=self._pending, partitions=commits, state=state)
+        rollups = {(SeriesKey._make(k[:-1]), k[-1]): b for k, b in self._pending.items()}
+        cp = Checkpoint(self.source, rollups=rollups, partitions=commits, state=state)
         started = time.perf_counter()
         try:
             self.store.commit(cp)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from operator import add
 from typing import Any
 
 from monitor.aggregate.sketch import LogHistogram
@@ -44,7 +45,7 @@ class BucketStats:
     True
     """
 
-    __slots__ = (*COUNTERS, "per_position", *SKETCHES)
+    __slots__ = (*COUNTERS, "per_position", "_sketches", "_buffers")
 
     def __init__(self) -> None:
         self.requests = 0
@@ -60,9 +61,29 @@ class BucketStats:
         self.batch_size_sum = 0
         self.batch_size_count = 0
         self.per_position: list[int] = []
-        self.ttft_ms = LogHistogram()
-        self.e2e_ms = LogHistogram()
-        self.decode_tps = LogHistogram()
+        self._sketches = (LogHistogram(), LogHistogram(), LogHistogram())
+        # Latencies wait here until read or written: one list append per value on the hot
+        # path, and a vectorised fold into the sketches once per checkpoint.
+        self._buffers: tuple[list[float], list[float], list[float]] = ([], [], [])
+
+    def _flush(self) -> tuple[LogHistogram, LogHistogram, LogHistogram]:
+        for sketch, buf in zip(self._sketches, self._buffers, strict=True):
+            if buf:
+                sketch.extend(buf)
+                buf.clear()
+        return self._sketches
+
+    @property
+    def ttft_ms(self) -> LogHistogram:
+        return self._flush()[0]
+
+    @property
+    def e2e_ms(self) -> LogHistogram:
+        return self._flush()[1]
+
+    @property
+    def decode_tps(self) -> LogHistogram:
+        return self._flush()[2]
 
     def update(self, e: Event) -> None:
         self.requests += 1
@@ -80,10 +101,13 @@ class BucketStats:
             app = e.accepted_per_position
             if app is not None:
                 pp = self.per_position
-                if len(pp) < len(app):
-                    pp.extend([0] * (len(app) - len(pp)))
-                for i, n in enumerate(app):
-                    pp[i] += n
+                if len(pp) == len(app):
+                    self.per_position = list(map(add, pp, app))
+                else:
+                    if len(pp) < len(app):
+                        pp.extend([0] * (len(app) - len(pp)))
+                    for i, n in enumerate(app):
+                        pp[i] += n
         if e.draft_evicted:
             self.evicted_requests += 1
         self.output_tokens += e.output_tokens
@@ -92,13 +116,14 @@ class BucketStats:
         if e.batch_size is not None:
             self.batch_size_sum += e.batch_size
             self.batch_size_count += 1
-        self.e2e_ms.update(e.e2e_ms)
+        ttft_buf, e2e_buf, tps_buf = self._buffers
+        e2e = e.e2e_ms
+        e2e_buf.append(e2e)
         ttft = e.ttft_ms
         if ttft is not None:
-            self.ttft_ms.update(ttft)
-            decode_ms = e.e2e_ms - ttft
-            if decode_ms > 0:
-                self.decode_tps.update(e.output_tokens * 1000.0 / decode_ms)
+            ttft_buf.append(ttft)
+            if e2e > ttft:
+                tps_buf.append(e.output_tokens * 1000.0 / (e2e - ttft))
 
     def merge(self, other: BucketStats) -> None:
         for name in COUNTERS:
@@ -108,8 +133,8 @@ class BucketStats:
             pp.extend([0] * (len(other.per_position) - len(pp)))
         for i, n in enumerate(other.per_position):
             pp[i] += n
-        for name in SKETCHES:
-            getattr(self, name).merge(getattr(other, name))
+        for mine, theirs in zip(self._flush(), other._flush(), strict=True):
+            mine.merge(theirs)
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -120,8 +145,8 @@ class BucketStats:
         """Column values for the store (sketches and per-position counts as JSON)."""
         row: dict[str, Any] = {name: getattr(self, name) for name in COUNTERS}
         row["per_position"] = list(self.per_position)
-        for name in SKETCHES:
-            row[name] = getattr(self, name).to_json()
+        for name, sketch in zip(SKETCHES, self._flush(), strict=True):
+            row[name] = sketch.to_json()
         return row
 
     @classmethod
@@ -132,8 +157,7 @@ class BucketStats:
         for name in COUNTERS:
             setattr(b, name, int(get(name) or 0))
         b.per_position = list(get("per_position") or [])
-        for name in SKETCHES:
-            setattr(b, name, LogHistogram.from_json(get(name)))
+        b._sketches = tuple(LogHistogram.from_json(get(name)) for name in SKETCHES)  # type: ignore[assignment]
         return b
 
     def __eq__(self, other: object) -> bool:
@@ -142,7 +166,7 @@ class BucketStats:
         return (
             all(getattr(self, n) == getattr(other, n) for n in COUNTERS)
             and self.per_position == other.per_position
-            and all(getattr(self, n) == getattr(other, n) for n in SKETCHES)
+            and self._flush() == other._flush()
         )
 
     def __repr__(self) -> str:

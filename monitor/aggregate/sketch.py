@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 DEFAULT_RELATIVE_ACCURACY = 0.01
 
 
@@ -53,6 +55,28 @@ class LogHistogram:
         key = math.ceil(math.log(value) * self._inv_log_gamma)
         bins = self.bins
         bins[key] = bins.get(key, 0) + 1
+
+    def extend(self, values: list[float]) -> None:
+        """Add many observations at once (vectorised: the ingest hot path buffers values
+        per bucket and folds them in here at checkpoint time)."""
+        n = len(values)
+        if n < 16:
+            for v in values:
+                self.update(v)
+            return
+        arr = np.asarray(values, dtype=np.float64)
+        self.count += n
+        self.total += float(arr.sum())
+        positive = arr[arr > 0.0]
+        self.zeros += n - len(positive)
+        if len(positive):
+            keys, counts = np.unique(
+                np.ceil(np.log(positive) * self._inv_log_gamma).astype(np.int64),
+                return_counts=True,
+            )
+            bins = self.bins
+            for key, c in zip(keys.tolist(), counts.tolist(), strict=True):
+                bins[key] = bins.get(key, 0) + c
 
     def merge(self, other: LogHistogram) -> None:
         """Add ``other``'s counts into this histogram (same accuracy required)."""
