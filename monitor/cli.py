@@ -24,7 +24,8 @@ def _setup_logging(level: str) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    logging.getLogger("kafka").setLevel(max(logging.WARNING, getattr(logging, level)))
+    for noisy in ("kafka", "alembic"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, getattr(logging, level)))
 
 
 def _config(args: argparse.Namespace) -> Config:

@@ -20,7 +20,6 @@ come from the environment so the file can be checked in:
 from __future__ import annotations
 
 import os
-import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,30 +28,11 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from monitor.durations import parse_duration
 from monitor.exceptions import ConfigError
 
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
-
-
-def parse_duration(value: Any) -> float:
-    """Seconds from ``90``, ``"90s"``, ``"5m"``, ``"2h"``, ``"7d"``, ``"250ms"``.
-
-    >>> parse_duration("2h"), parse_duration(30), parse_duration("1.5m")
-    (7200.0, 30.0, 90.0)
-    """
-    if isinstance(value, bool):
-        raise ValueError(f"invalid duration {value!r}")
-    if isinstance(value, int | float):
-        if value < 0:
-            raise ValueError(f"duration must not be negative: {value!r}")
-        return float(value)
-    if isinstance(value, str):
-        m = _DURATION.match(value)
-        if m:
-            return float(m.group(1)) * _UNITS[m.group(2) or "s"]
-    raise ValueError(f"invalid duration {value!r} (want e.g. 90s, 5m, 2h, 7d)")
-
+__all__ = ["Config", "IngestConfig", "KafkaConfig", "StoreConfig", "load_config",
+           "parse_duration"]
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 

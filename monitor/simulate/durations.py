@@ -2,55 +2,28 @@
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 
 import numpy as np
 
+from monitor.durations import format_duration
+from monitor.durations import parse_duration as _parse_duration
 from monitor.simulate.exceptions import SimulationError
 
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h|d|w)")
+__all__ = ["format_duration", "format_time", "format_ts", "parse_duration", "parse_time"]
+
 
 
 def parse_duration(text: str | float | int) -> float:
-    """Seconds in a duration such as ``"90s"``, ``"30m"``, ``"2h"``, ``"1d"`` or ``"1h30m"``.
-
-    A bare number is seconds.
+    """:func:`monitor.durations.parse_duration`, failing with a :class:`SimulationError`.
 
     >>> parse_duration("1h30m"), parse_duration("90s"), parse_duration(5)
     (5400.0, 90.0, 5.0)
     """
-    if isinstance(text, int | float) and not isinstance(text, bool):
-        seconds = float(text)
-    else:
-        s = str(text).strip().lower()
-        try:
-            seconds = float(s)
-        except ValueError:
-            parts = _PART.findall(s)
-            if not parts or "".join(n + u for n, u in parts) != s:
-                raise SimulationError(
-                    f"bad duration {text!r}: use seconds or e.g. 90s, 30m, 2h, 1d, 1h30m"
-                ) from None
-            seconds = sum(float(n) * _UNITS[u] for n, u in parts)
-    if not np.isfinite(seconds) or seconds < 0:
-        raise SimulationError(f"bad duration {text!r}: must be finite and >= 0")
-    return seconds
-
-
-def format_duration(seconds: float) -> str:
-    """The shortest ``parse_duration`` spelling of whole seconds (fractions stay in seconds).
-
-    >>> format_duration(5400), format_duration(86400), format_duration(2.5)
-    ('90m', '1d', '2.5s')
-    """
-    if seconds != int(seconds):
-        return f"{seconds:g}s"
-    for unit in ("d", "h", "m"):
-        if seconds and seconds % _UNITS[unit] == 0:
-            return f"{int(seconds // _UNITS[unit])}{unit}"
-    return f"{int(seconds)}s"
+    try:
+        return _parse_duration(text)
+    except ValueError as e:
+        raise SimulationError(str(e)) from None
 
 
 def parse_time(value: str | float | int | datetime) -> float:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -99,7 +100,11 @@ def replay(path: str, pipeline: Pipeline, *, progress: bool | None = None) -> In
 def _progress_bar(total: int | None) -> Any:
     from tqdm import tqdm
 
+    # A terminal that reports no size (a fresh pty) would get a bar of zero width, or none
+    # at all: tqdm hides bars below the last row.
+    size = shutil.get_terminal_size((100, 24))
     return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr,
+                ncols=size.columns, nrows=max(size.lines, 2),
                 desc="replay", bar_format="{desc}: {percentage:3.0f}%|{bar}| {postfix} "
                 "[{elapsed}<{remaining}]")
 

@@ -68,6 +68,23 @@ def stored_offsets(store: Store, config: Config) -> int:
     return sum(s.next_offset or 0 for s in states.values())
 
 
+def consume_until_checkpointed(
+    config: Config, registry: CollectorRegistry, db_url: str, messages: int
+) -> None:
+    """Run the daemon in a thread until ``messages`` offsets are stored, then stop it."""
+    app = Application(config, registry=registry)
+    runner = threading.Thread(target=app.run)
+    runner.start()
+    try:
+        with Store(db_url) as store:
+            wait_for(lambda: stored_offsets(store, config) == messages, timeout=120,
+                     what=f"{messages} messages checkpointed")
+    finally:
+        app.stop()
+        runner.join(timeout=30)
+    assert not runner.is_alive()
+
+
 @pytest.fixture
 def migrated(db_url: str) -> str:
     upgrade(db_url)
@@ -83,16 +100,7 @@ def test_daemon_tables_equal_produced_traffic(
     messages = produce(broker.bootstrap_servers, config.kafka.topic, events[:half], batch=1)
     messages += produce(broker.bootstrap_servers, config.kafka.topic, events[half:], batch=50)
     registry = CollectorRegistry()
-    app = Application(config, registry=registry)
-    runner = threading.Thread(target=app.run)
-    runner.start()
-    try:
-        with Store(migrated) as store:
-            wait_for(lambda: stored_offsets(store, config) == messages, timeout=120,
-                     what=f"{messages} messages checkpointed")
-    finally:
-        app.stop()
-        runner.join(timeout=30)
+    consume_until_checkpointed(config, registry, migrated, messages)
     with Store(migrated) as store:
         assert table(store.ratios(granularity="hour")) == oracle(events, lateness=LATENESS)
     assert registry.get_sample_value("specwatch_events_total") == len(
@@ -184,16 +192,7 @@ def test_bad_input_ends_in_the_dead_letter_topic_and_valid_neighbours_count(
     producer.flush()
     producer.close()
     registry = CollectorRegistry()
-    app = Application(config, registry=registry)
-    runner = threading.Thread(target=app.run)
-    runner.start()
-    try:
-        with Store(migrated) as store:
-            wait_for(lambda: stored_offsets(store, config) == len(corpus), timeout=120,
-                     what="the corpus checkpointed")
-    finally:
-        app.stop()
-        runner.join(timeout=30)
+    consume_until_checkpointed(config, registry, migrated, len(corpus))
     invalid = sum(c.invalid for c in corpus)
     dead = _read_topic(broker.bootstrap_servers, config.kafka.dead_letter_topic, invalid)
     assert len(dead) == invalid

@@ -1,0 +1,132 @@
+"""The specwatch command line: ratios output, db commands, replay's terminal behaviour."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import pty
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from monitor.cli import main
+from monitor.store.db import head_revision
+
+EVENTS = 3000
+
+
+@pytest.fixture(scope="module")
+def traffic(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("cli") / "t.jsonl"
+    assert main(["simulate", "--duration", "2h", "--rate", "0.42", "--seed", "5",
+                 "--start", "2026-11-02T00:00:00Z", "--out", str(path)]) == 0
+    return path
+
+
+@pytest.fixture
+def filled(db_url: str, traffic: Path) -> str:
+    assert main(["replay", str(traffic), "--db", db_url, "--migrate", "--no-progress"]) == 0
+    return db_url
+
+
+def test_ratios_json_csv_and_table_agree(filled: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["ratios", "--db", filled, "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert isinstance(rows, list) and rows
+    required = {"bucket_start", "route", "target_model", "target_revision", "draft_model",
+                "draft_revision", "num_speculative_tokens", "requests", "drafted_tokens",
+                "accepted_tokens", "acceptance_rate"}
+    assert required <= set(rows[0])
+    assert all(r["bucket_start"].endswith("Z") and r["bucket_start"][13:] == ":00:00Z"
+               for r in rows)
+    for r in rows:
+        if r["drafted_tokens"]:
+            assert r["acceptance_rate"] == pytest.approx(r["accepted_tokens"] / r["drafted_tokens"])
+    assert main(["ratios", "--db", filled, "--format", "csv"]) == 0
+    csv_rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert len(csv_rows) == len(rows)
+    assert sum(int(r["requests"]) for r in csv_rows) == sum(r["requests"] for r in rows)
+    assert main(["ratios", "--db", filled]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert "acceptance_rate" in table[0] and len(table) >= len(rows) + 1
+
+
+def test_ratios_filters(filled: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["ratios", "--db", filled, "--format", "json", "--granularity", "minute",
+                 "--route", "chat", "--since", "2026-11-02T00:30:00Z",
+                 "--until", "2026-11-02T01:00:00+00:00"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows and {r["route"] for r in rows} == {"chat"}
+    assert min(r["bucket_start"] for r in rows) >= "2026-11-02T00:30:00Z"
+    assert max(r["bucket_start"] for r in rows) < "2026-11-02T01:00:00Z"
+    assert main(["ratios", "--db", filled, "--format", "json", "--granularity", "day"]) == 0
+    days = json.loads(capsys.readouterr().out)
+    assert {r["bucket_start"] for r in days} == {"2026-11-02T00:00:00Z"}
+
+
+@pytest.mark.parametrize("bad", [["--since", "yesterday"], ["--since", "2026-11-02T00:00:00"],
+                                 ["--granularity", "week"], ["--format", "xml"]])
+def test_bad_arguments_are_clear_usage_errors(bad: list[str], filled: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["ratios", "--db", filled, *bad])
+    assert exit_.value.code == 2
+    assert "error" in capsys.readouterr().err
+
+
+def test_db_upgrade_and_current(db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["db", "current", "--db", db_url]) == 0
+    assert "at none" in capsys.readouterr().out
+    assert main(["db", "upgrade", "--db", db_url]) == 0
+    assert main(["db", "current", "--db", db_url]) == 0
+    assert f"at {head_revision()}, head {head_revision()}" in capsys.readouterr().out
+
+
+def test_commands_refuse_an_unmigrated_database(db_url: str, traffic: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["ratios", "--db", db_url]) == 2
+    assert main(["replay", str(traffic), "--db", db_url, "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("specwatch db upgrade") == 2
+
+
+def test_replay_shows_a_progress_bar_on_a_terminal(traffic: Path, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'tty.db'}"
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "monitor", "replay", str(traffic), "--db", url, "--migrate"],
+        stdin=follower, stdout=follower, stderr=follower, close_fds=True,
+    )
+    os.close(follower)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the pty closes when the child exits
+            break
+        if not chunk:
+            break
+        out += chunk
+    assert proc.wait(timeout=60) == 0
+    os.close(leader)
+    text = out.decode(errors="replace")
+    assert "replay:" in text and "events/s" in text and "100%" in text
+    assert "<" in text  # tqdm's elapsed<remaining: the ETA
+
+
+def test_alerts_out_and_dead_letter_files_are_written(traffic: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(traffic.read_bytes()[:5000] + b"\n{broken\n[1, 2]\n")
+    dead, alerts = tmp_path / "dead.jsonl", tmp_path / "alerts.jsonl"
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    assert main(["replay", str(bad), "--db", url, "--migrate", "--no-progress",
+                 "--dead-letter", str(dead), "--alerts-out", str(alerts)]) == 0
+    records = [json.loads(x) for x in dead.read_text().splitlines()]
+    reasons = [r["reason"] for r in records]
+    assert any("invalid JSON" in r for r in reasons)
+    assert all("line" in r["origin"] and r["origin"]["file"] == str(bad) for r in records)
+    assert alerts.exists()
