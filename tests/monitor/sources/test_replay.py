@@ -97,3 +97,23 @@ def test_split_replay_equals_one_replay(traffic: Path, tmp_path: Path) -> None:
     assert main(["replay", str(second), "--db", two, "--no-progress"]) == 0
     with Store(one) as s1, Store(two) as s2:
         assert table(s1.ratios(granularity="minute")) == table(s2.ratios(granularity="minute"))
+
+
+def test_bad_input_corpus_through_replay(tmp_path: Path) -> None:
+    from tests.monitor.telemetry.bad_inputs import bad_input_corpus
+
+    # A replay line is one message, so multi-line (JSON lines) entries cannot be one line.
+    corpus = [c for c in bad_input_corpus() if b"\n" not in c.message.rstrip(b"\n")]
+    assert len({c.name for c in corpus}) >= 30
+    path, dead = tmp_path / "bad.jsonl", tmp_path / "dead.jsonl"
+    path.write_bytes(b"".join(c.message.rstrip(b"\n") + b"\n" for c in corpus))
+    url = f"sqlite:///{tmp_path / 'bad.db'}"
+    assert main(["replay", str(path), "--db", url, "--migrate", "--no-progress",
+                 "--dead-letter", str(dead)]) == 0
+    records = [json.loads(line) for line in dead.read_text().splitlines()]
+    blank = [c for c in corpus if not c.message.strip()]  # blank lines are not messages
+    assert len(records) == sum(c.invalid for c in corpus) - sum(c.invalid for c in blank)
+    assert all(r["reason"] and r["origin"]["line"] >= 1 for r in records)
+    with Store(url) as store:
+        counted = sum(r.requests for r in store.ratios(granularity="day"))
+    assert counted == sum(c.valid_events for c in corpus)
