@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from monitor.config import Config
 from monitor.deadletter import KafkaDeadLetter
+from monitor.detect.engine import Detection
 from monitor.metrics import IngestMetrics
 from monitor.pipeline import Pipeline
 from monitor.sources.kafka import KafkaSource, source_id
@@ -27,6 +28,7 @@ from monitor.store.store import Store
 log = logging.getLogger(__name__)
 
 RETENTION_EVERY_S = 600.0
+TICK_EVERY_S = 15.0
 
 
 class Application:
@@ -59,12 +61,16 @@ class Application:
         dead_letter = KafkaDeadLetter(
             self._producer, kafka.dead_letter_topic, kafka.dead_letter_max_bytes
         )
+        # Live: silence is measured against the wall clock (swept in run()).
+        self.detection = Detection(config.detection, clock="wall")
         self.pipeline = Pipeline(
-            self.store, source_id(kafka), config.ingest, self.metrics, dead_letter
+            self.store, source_id(kafka), config.ingest, self.metrics, dead_letter,
+            observer=self.detection,
         )
         self.source = KafkaSource(kafka, self.pipeline)
         self._stop = threading.Event()
         self._last_retention = 0.0
+        self._last_tick = time.monotonic()
 
     def run(self) -> None:
         log.info(
@@ -74,6 +80,7 @@ class Application:
         try:
             while not self._stop.is_set():
                 self.source.poll_once()
+                self._maybe_tick()
                 self._maybe_apply_retention()
         finally:
             self.close()
@@ -87,6 +94,13 @@ class Application:
         finally:
             self._producer.close(timeout=5)
             self.store.close()
+
+    def _maybe_tick(self) -> None:
+        now = time.monotonic()
+        if now - self._last_tick < TICK_EVERY_S or not self.detection.loaded:
+            return
+        self._last_tick = now
+        self.detection.tick(time.time())
 
     def _maybe_apply_retention(self) -> None:
         now = time.monotonic()

@@ -84,7 +84,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_replay(args: argparse.Namespace) -> int:
     from prometheus_client import CollectorRegistry
 
+    from alerts.outfile import AlertsFile
     from monitor.deadletter import CountingDeadLetter, FileDeadLetter
+    from monitor.detect.engine import Detection
+    from monitor.detect.report import recommendation_lines
     from monitor.metrics import IngestMetrics
     from monitor.pipeline import Pipeline
     from monitor.sources.replay import replay
@@ -97,12 +100,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
         upgrade(config.store.url)
     store = Store(config.store.url)
     dead_letter = FileDeadLetter(args.dead_letter) if args.dead_letter else CountingDeadLetter()
-    if args.alerts_out:
-        # Alert state changes arrive with the detection layer; the file exists from now on
-        # so scripts can rely on it.
-        Path(args.alerts_out).touch()
+    detection = Detection(config.detection, clock="event")
+    alerts_out = AlertsFile(args.alerts_out) if args.alerts_out else None
     pipeline = Pipeline(
-        store, args.source_id, config.ingest, IngestMetrics(CollectorRegistry()), dead_letter
+        store, args.source_id, config.ingest, IngestMetrics(CollectorRegistry()), dead_letter,
+        observer=detection, on_alerts=[alerts_out.write] if alerts_out else None,
     )
     started = time.monotonic()
     try:
@@ -110,10 +112,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
     finally:
         dead_letter.close()
         store.close()
+        if alerts_out is not None:
+            alerts_out.close()
     elapsed = time.monotonic() - started
     rate = summary.events / elapsed if elapsed > 0 else 0.0
     print(f"replay {args.path}: {summary.line()} in {elapsed:.1f}s ({rate:,.0f} events/s)",
           file=sys.stderr)
+    for line in recommendation_lines(detection.recommendations()):
+        print(line, file=sys.stderr)
     return 0
 
 

@@ -31,7 +31,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from monitor.durations import parse_duration
 from monitor.exceptions import ConfigError
 
-__all__ = ["Config", "IngestConfig", "KafkaConfig", "StoreConfig", "load_config",
+__all__ = ["Config", "CostModelConfig", "DetectionConfig", "IngestConfig", "KafkaConfig", "StoreConfig", "load_config",
            "parse_duration"]
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
@@ -85,10 +85,38 @@ class IngestConfig(_Frozen):
         return self
 
 
+class CostModelConfig(_Frozen):
+    """Costs of one model pair: ``c`` per drafted token and ``v`` per extra verified token,
+    both in target decode steps (see docs/breakeven.md). Matches on model names; ``*`` is
+    any."""
+
+    target_model: str = "*"
+    draft_model: str = "*"
+    c: float = Field(ge=0.0, lt=1.0)
+    v: float = Field(0.0, ge=0.0, lt=1.0)
+
+
+class DetectionConfig(_Frozen):
+    detector: Literal["cusum", "adwin", "page_hinkley"] = "cusum"
+    false_alarm_days: float = Field(30.0, gt=0)
+    min_effect: float = Field(0.05, gt=0, lt=1)
+    # Sampling temperature changes acceptance on its own: requests are split at these edges.
+    temperature_edges: tuple[float, ...] = (0.0, 0.5, 1.0)
+    breakeven_cutoff: float = Field(0.40, ge=0, lt=1)
+    breakeven_window: Duration = 1800.0
+    cost_models: tuple[CostModelConfig, ...] = ()
+    throughput_min_effect: float = Field(0.15, gt=0, lt=1)
+    contention_share: float = Field(0.05, gt=0, le=1)
+    stale_after: Duration = 600.0
+    inactive_window: Duration = 600.0
+    idle_pair_resolve: Duration = 1800.0
+
+
 class Config(_Frozen):
     kafka: KafkaConfig = KafkaConfig()
     store: StoreConfig = StoreConfig()
     ingest: IngestConfig = IngestConfig()
+    detection: DetectionConfig = DetectionConfig()
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @property

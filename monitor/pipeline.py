@@ -12,12 +12,13 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import orjson
 
+from alerts.record import AlertRecord
 from monitor.aggregate.bucket import BucketStats
 from monitor.aggregate.series import SeriesKey
 from monitor.config import IngestConfig
@@ -37,13 +38,25 @@ NEG_INF = float("-inf")
 class CheckpointStore(Protocol):
     def commit(self, cp: Checkpoint) -> None: ...
     def load_partitions(self, source: str, partitions: Iterable[int]) -> dict[int, PartitionState]: ...
+    def load_state(self, source: str, prefix: str = "") -> dict[str, Any]: ...
 
 
 class EventObserver(Protocol):
-    """Sees every counted event in processing order (the detection layer plugs in here)."""
+    """Sees every counted event in processing order, a message's events at a time (the
+    detection layer plugs in here).
 
-    def observe(self, partition: int, event: Event) -> None: ...
+    Its state and the alert records it decided go into the same checkpoint as the rollups,
+    so after a crash it is restored to exactly the point the stored offsets resume from.
+    """
+
+    loaded: bool
+    pending: bool  # alerts or state not yet handed to a checkpoint (a wall-clock tick, say)
+
+    def observe(self, partition: int, events: list[Event]) -> None: ...
+    def load(self, states: dict[str, Any]) -> None: ...
     def snapshot(self) -> dict[str, Any]: ...
+    def drain(self) -> list[AlertRecord]: ...
+    def drop_all(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -108,6 +121,7 @@ class Pipeline:
         dead_letter: DeadLetterSink,
         *,
         observer: EventObserver | None = None,
+        on_alerts: list[Callable[[list[AlertRecord]], None]] | None = None,
         clock: Any = time.monotonic,
     ) -> None:
         self.store = store
@@ -116,6 +130,8 @@ class Pipeline:
         self.metrics = metrics
         self.dead_letter = dead_letter
         self.observer = observer
+        # Called with the alert records of each committed checkpoint, in order.
+        self.on_alerts = list(on_alerts or [])
         self.parser = Parser(max_message_bytes=config.max_message_bytes)
         self.summary = IngestSummary()
         self._clock = clock
@@ -132,6 +148,8 @@ class Pipeline:
     def assign(self, partitions: Iterable[int]) -> dict[int, int | None]:
         """Load the stored state of newly owned partitions; returns where to resume each."""
         new = [p for p in partitions if p not in self._partitions]
+        if self.observer is not None and not self.observer.loaded:
+            self.observer.load(self.store.load_state(self.source))
         if new:
             states = self.store.load_partitions(self.source, new)
             for p in new:
@@ -154,6 +172,8 @@ class Pipeline:
         self._partitions.clear()
         self._pending.clear()
         self._pending_events = 0
+        if self.observer is not None:
+            self.observer.drop_all()
         self.metrics.assigned_partitions.set(0)
 
     @property
@@ -199,6 +219,7 @@ class Pipeline:
         lateness = self._lateness
         max_ts = tracker.max_ts
         counted = 0
+        counted_events: list[Event] = []
         late: list[Rejection] | None = None
         for e in events:
             rid = e.request_id
@@ -235,9 +256,11 @@ class Pipeline:
                 bucket = pending[bucket_key] = BucketStats()
             bucket.update(e)
             if observer is not None:
-                observer.observe(partition, e)
+                counted_events.append(e)
             counted += 1
         tracker.max_ts = max_ts
+        if counted_events:
+            observer.observe(partition, counted_events)  # type: ignore[union-attr]
         if late:
             self.summary.late += len(late)
             self.metrics.late_events.inc(len(late))
@@ -274,7 +297,8 @@ class Pipeline:
         """
         self._last_checkpoint = self._clock()
         dirty = {p: t for p, t in self._partitions.items() if t.dirty}
-        if not dirty and not self._pending:
+        decided = self.observer is not None and self.observer.pending
+        if not dirty and not self._pending and not decided:
             return True
         # Dead letters first: once offsets are stored, the input that produced them is
         # never read again.
@@ -293,8 +317,10 @@ class Pipeline:
                 )
             )
         state = self.observer.snapshot() if self.observer is not None else {}
+        alerts = self.observer.drain() if self.observer is not None else []
         rollups = {(SeriesKey._make(k[:-1]), k[-1]): b for k, b in self._pending.items()}
-        cp = Checkpoint(self.source, rollups=rollups, partitions=commits, state=state)
+        cp = Checkpoint(self.source, rollups=rollups, partitions=commits, state=state,
+                        alerts=alerts)
         started = time.perf_counter()
         try:
             self.store.commit(cp)
@@ -312,6 +338,9 @@ class Pipeline:
             t.prune(self._horizon)
         self._pending = {}
         self._pending_events = 0
+        if alerts:
+            for callback in self.on_alerts:
+                callback(alerts)
         newest = max((t.max_ts for t in self._partitions.values()), default=NEG_INF)
         if newest != NEG_INF:
             self.metrics.event_time_lag.set(max(0.0, time.time() - newest))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from alerts.record import AlertRecord
 from monitor.aggregate.bucket import BucketStats
 from monitor.aggregate.series import SeriesKey
 
@@ -37,13 +38,15 @@ class Checkpoint:
     ``rollups`` maps (series, minute bucket start in Unix seconds) to the statistics added
     since the last checkpoint; the store merges them into the minute, hour and day rows.
     ``state`` maps a state key (e.g. a detector's segment id) to a JSON-able snapshot that
-    replaces the stored one; it is for the detection layer and may be empty.
+    replaces the stored one; ``alerts`` are the alert state changes decided since the last
+    checkpoint. Both come from the detection layer and may be empty.
     """
 
     source: str
     rollups: dict[tuple[SeriesKey, int], BucketStats] = field(default_factory=dict)
     partitions: list[PartitionCommit] = field(default_factory=list)
     state: dict[str, Any] = field(default_factory=dict)
+    alerts: list[AlertRecord] = field(default_factory=list)
 
 
 @dataclass(slots=True)

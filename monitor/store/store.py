@@ -12,13 +12,20 @@ from typing import Any
 from sqlalchemy import Engine, delete, select
 from sqlalchemy.exc import DBAPIError
 
+from alerts.record import AlertRecord
 from monitor.aggregate.bucket import BucketStats
 from monitor.aggregate.series import SeriesKey
 from monitor.store import query, writer
 from monitor.store.checkpoint import GRANULARITIES, Checkpoint, PartitionState
 from monitor.store.db import READ_ONLY, check_migrated, make_engine, redact_url
 from monitor.store.query import RatioRow
-from monitor.store.tables import dedup_table, partitions_table, rollups_table, state_table
+from monitor.store.tables import (
+    alerts_table,
+    dedup_table,
+    partitions_table,
+    rollups_table,
+    state_table,
+)
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +161,41 @@ class Store:
         with self._reader.connect() as conn:
             # SQLite's LIKE ignores ASCII case: the exact prefix test is ours.
             return {k: v for k, v in conn.execute(stmt) if k.startswith(prefix)}
+
+    def load_state_key(self, source: str, key: str) -> Any | None:
+        """One snapshot, or ``None``: the detection layer restores a segment on first sight."""
+        c = state_table.c
+        stmt = select(c.data).where(c.source == source, c.key == key)
+        with self._reader.connect() as conn:
+            return conn.execute(stmt).scalar_one_or_none()
+
+    def alerts(
+        self,
+        *,
+        source: str | None = None,
+        route: str | None = None,
+        rule: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> list[AlertRecord]:
+        """Alert state changes in decision order (``at``, then insertion)."""
+        c = alerts_table.c
+        stmt = select(c.rule, c.state, c.at, c.severity, c.labels, c.summary, c.details)
+        if source is not None:
+            stmt = stmt.where(c.source == source)
+        if route is not None:
+            stmt = stmt.where(c.route == route)
+        if rule is not None:
+            stmt = stmt.where(c.rule == rule)
+        if since is not None:
+            stmt = stmt.where(c.at >= since)
+        if until is not None:
+            stmt = stmt.where(c.at < until)
+        with self._reader.connect() as conn:
+            return [
+                AlertRecord(r.rule, r.state, r.at, r.severity, r.labels, r.summary, r.details)
+                for r in conn.execute(stmt.order_by(c.at, c.id))
+            ]
 
     def ratios(
         self,

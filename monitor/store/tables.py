@@ -16,6 +16,7 @@ from sqlalchemy import (
     Float,
     ForeignKey,
     Index,
+    UniqueConstraint,
     Integer,
     LargeBinary,
     MetaData,
@@ -136,9 +137,39 @@ class StateSnapshot(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
 
+class AlertEvent(Base):
+    """One alert state change (alerts v1 record), written with the checkpoint that decided it.
+
+    The unique (fingerprint, state, at) makes a re-decided transition after a crash, or a
+    replay of the same stretch, a no-op instead of a second record.
+    """
+
+    __tablename__ = "alert_events"
+
+    id: Mapped[int] = mapped_column(_BigId, primary_key=True, autoincrement=True)
+    source: Mapped[str] = mapped_column(SafeString(255))
+    fingerprint: Mapped[str] = mapped_column(SafeString(64))
+    rule: Mapped[str] = mapped_column(SafeString(64))
+    state: Mapped[str] = mapped_column(SafeString(16))
+    at: Mapped[datetime] = mapped_column(UTCDateTime())
+    severity: Mapped[str] = mapped_column(SafeString(16))
+    route: Mapped[str] = mapped_column(SafeText())
+    labels: Mapped[Any] = mapped_column(JSON)
+    summary: Mapped[str] = mapped_column(SafeText())
+    details: Mapped[Any] = mapped_column(JSON)
+    recorded_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        UniqueConstraint("fingerprint", "state", "at"),
+        Index(None, "at"),
+        Index(None, "rule", "at"),
+    )
+
+
 metadata: MetaData = Base.metadata
 series_table: Table = Series.__table__  # type: ignore[assignment]
 rollups_table: Table = Rollup.__table__  # type: ignore[assignment]
 partitions_table: Table = SourcePartition.__table__  # type: ignore[assignment]
 dedup_table: Table = DedupLog.__table__  # type: ignore[assignment]
 state_table: Table = StateSnapshot.__table__  # type: ignore[assignment]
+alerts_table: Table = AlertEvent.__table__  # type: ignore[assignment]

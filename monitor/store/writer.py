@@ -10,12 +10,19 @@ from typing import Any
 import orjson
 from sqlalchemy import Connection, bindparam, delete, insert, select, update
 
+from alerts.record import AlertRecord
 from monitor.aggregate.bucket import BucketStats
 from monitor.aggregate.series import SeriesKey
 from monitor.store.checkpoint import GRANULARITIES, Checkpoint, PartitionCommit
 from monitor.store.exceptions import FencedError
 from monitor.store.series_ids import chunks, dialect_insert, resolve_series
-from monitor.store.tables import dedup_table, partitions_table, rollups_table, state_table
+from monitor.store.tables import (
+    alerts_table,
+    dedup_table,
+    partitions_table,
+    rollups_table,
+    state_table,
+)
 
 FoldedKey = tuple[str, SeriesKey, int]
 
@@ -244,4 +251,24 @@ def write_checkpoint(
         ids = resolve_series(conn, spans(cp.rollups), known_ids)
         merge_rollups(conn, fold(cp.rollups), ids)
     upsert_state(conn, state)
+    write_alerts(conn, cp.source, cp.alerts, now)
     return ids
+
+
+def write_alerts(
+    conn: Connection, source: str, alerts: Sequence[AlertRecord], now: datetime
+) -> None:
+    """Insert alert state changes; one already recorded (same fingerprint, state and time,
+    e.g. re-decided after a crash) is skipped."""
+    for record in alerts:
+        stmt = (
+            dialect_insert(conn, alerts_table)
+            .values(
+                source=source, fingerprint=record.fingerprint, rule=record.rule,
+                state=record.state, at=record.at, severity=record.severity,
+                route=record.labels["route"], labels=record.labels, summary=record.summary,
+                details=record.details, recorded_at=now,
+            )
+            .on_conflict_do_nothing(index_elements=["fingerprint", "state", "at"])
+        )
+        conn.execute(stmt)

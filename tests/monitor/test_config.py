@@ -72,3 +72,9 @@ def test_unreadable_and_malformed_files(tmp_path: Path) -> None:
 def test_bad_durations(bad: object) -> None:
     with pytest.raises(ValueError):
         parse_duration(bad)
+
+
+def test_shipped_deployment_config_loads() -> None:
+    cfg = load_config(Path(__file__).parents[2] / "deploy" / "specwatch.yaml", env={})
+    assert cfg.kafka.partitions == 12
+    assert cfg.detection.cost_models[0].c == 0.05

@@ -116,46 +116,86 @@ def _start(config_path: Path) -> subprocess.Popen[bytes]:
     )
 
 
+def kill_and_restart(cfg_path: Path, config: Config, store: Store,
+                     events: list[dict[str, Any]], rng: random.Random) -> None:
+    """Produce in four stretches; kill -9 the daemon at a random point of each of the first
+    three; let the fourth daemon finish the backlog and stop it cleanly."""
+    ensure_topics(config.kafka.bootstrap_servers, [config.kafka.topic], PARTITIONS)
+    bootstrap, topic = config.kafka.bootstrap_servers, config.kafka.topic
+    quarter = len(events) // 4 + 1
+    chunks = [events[i * quarter:(i + 1) * quarter] for i in range(4)]
+    messages = 0
+    for kill in range(3):
+        messages += produce(bootstrap, topic, chunks[kill], batch=rng.choice([1, 20, 100]))
+        daemon = _start(cfg_path)
+        before = stored_offsets(store, config)
+        # A random point: somewhere between the first checkpoint and the end of the
+        # backlog, plus a random extra moment so the kill can land mid-transaction.
+        target = before + rng.randint(1, max(1, messages - before - 1))
+        wait_for(lambda t=target: stored_offsets(store, config) >= t or daemon.poll(),
+                 timeout=120, what=f"progress to {target} before kill {kill + 1}")
+        assert daemon.poll() is None, daemon.stderr.read().decode()[-2000:]
+        threading.Event().wait(rng.random() * 0.3)
+        daemon.send_signal(signal.SIGKILL)
+        daemon.wait()
+        daemon.stderr.close()
+    messages += produce(bootstrap, topic, chunks[3], batch=7)
+    daemon = _start(cfg_path)
+    try:
+        wait_for(lambda: stored_offsets(store, config) == messages or daemon.poll(),
+                 timeout=240, what=f"all {messages} messages after the restarts")
+        assert daemon.poll() is None, daemon.stderr.read().decode()[-2000:]
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=60) == 0
+        daemon.stderr.close()
+
+
 def test_kill_9_three_times_loses_and_doubles_nothing(
     broker: EmbeddedBroker, migrated: str, tmp_path: Path, events: list[dict[str, Any]]
 ) -> None:
     cfg_path = daemon_config(tmp_path, broker, migrated)
     config = load_config(cfg_path, env={})
-    ensure_topics(broker.bootstrap_servers, [config.kafka.topic], PARTITIONS)
     rng = random.Random(os.environ.get("SPECWATCH_TEST_SEED", "kill9"))
-    quarter = len(events) // 4 + 1
-    chunks = [events[i * quarter:(i + 1) * quarter] for i in range(4)]
-    messages = 0
     with Store(migrated) as store:
-        for kill in range(3):
-            messages += produce(broker.bootstrap_servers, config.kafka.topic, chunks[kill],
-                                batch=rng.choice([1, 20, 100]))
-            daemon = _start(cfg_path)
-            before = stored_offsets(store, config)
-            # A random point: somewhere between the first checkpoint and the end of the
-            # backlog, plus a random extra moment so the kill can land mid-transaction.
-            target = before + rng.randint(1, max(1, messages - before - 1))
-            wait_for(lambda t=target: stored_offsets(store, config) >= t or daemon.poll(),
-                     timeout=120, what=f"progress to {target} before kill {kill + 1}")
-            assert daemon.poll() is None, daemon.stderr.read().decode()[-2000:]
-            threading.Event().wait(rng.random() * 0.3)
-            daemon.send_signal(signal.SIGKILL)
-            daemon.wait()
-            daemon.stderr.close()
-        messages += produce(broker.bootstrap_servers, config.kafka.topic, chunks[3], batch=7)
-        daemon = _start(cfg_path)
-        try:
-            wait_for(lambda: stored_offsets(store, config) == messages or daemon.poll(),
-                     timeout=180, what=f"all {messages} messages after the restarts")
-            assert daemon.poll() is None
-        finally:
-            daemon.send_signal(signal.SIGTERM)
-            assert daemon.wait(timeout=60) == 0
-            daemon.stderr.close()
+        kill_and_restart(cfg_path, config, store, events, rng)
         for granularity in ("minute", "hour", "day"):
             assert table(store.ratios(granularity=granularity)) == oracle(
                 events, lateness=LATENESS, granularity=granularity
             ), granularity
+
+
+def test_kill_9_alerts_equal_an_uninterrupted_replay(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    from monitor.cli import main
+
+    path = tmp_path / "incidents.jsonl"
+    assert main(["simulate", "--scenario", "quiet", "--duration", "6h", "--rate", "6",
+                 "--seed", "21", "--incident", "acceptance_shift:route=chat,at=2h,factor=0.8",
+                 "--incident", "tokenizer_swap:route=translation,at=3h,for=1h",
+                 "--incident", "eviction:route=code-assistant,at=4h,share=0.5,slowdown=3",
+                 "--out", str(path)]) == 0
+    events = list(read_jsonl(path))
+    live_db, replay_db = (f"sqlite:///{tmp_path / n}" for n in ("live.db", "replay.db"))
+    upgrade(live_db)
+    cfg_path = daemon_config(tmp_path, broker, live_db)
+    # Silence and idle pairs are judged by the wall clock when live: keep them out of the
+    # comparison with a replay, which judges them in event time.
+    cfg_path.write_text(cfg_path.read_text()
+                        + "detection:\n  stale_after: 2d\n  idle_pair_resolve: 2d\n")
+    config = load_config(cfg_path, env={})
+    with Store(live_db) as store:
+        kill_and_restart(cfg_path, config, store, events, random.Random("alerts"))
+        live = [a.to_json() for a in store.alerts()]
+    assert main(["replay", str(path), "--config", str(cfg_path), "--db", replay_db,
+                 "--migrate", "--no-progress"]) == 0
+    with Store(replay_db) as store:
+        replayed = [a.to_json() for a in store.alerts()]
+    assert {a["rule"] for a in replayed} >= {"acceptance_drop", "tokenizer_mismatch",
+                                             "memory_contention"}
+    key = (lambda a: (a["at"], a["fingerprint"], a["state"]))
+    assert sorted(live, key=key) == sorted(replayed, key=key)
 
 
 def _read_topic(bootstrap: str, topic: str, expected: int) -> list[dict[str, Any]]:

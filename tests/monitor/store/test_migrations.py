@@ -38,7 +38,7 @@ def _with_password(url: str, password: str) -> tuple[str, str | None]:
 def test_upgrade_from_empty_then_store_works(db_url: str) -> None:
     assert current_revision(db_url) is None
     upgrade(db_url)
-    assert current_revision(db_url) == head_revision() == "0001"
+    assert current_revision(db_url) == head_revision() == "0002"
     upgrade(db_url)  # idempotent
     check_migrated(db_url)
     with Store(db_url) as s:
@@ -50,7 +50,7 @@ def test_unmigrated_store_names_the_fix_and_hides_the_password(db_url: str) -> N
     with pytest.raises(NotMigratedError) as info:
         Store(url)
     msg = str(info.value)
-    assert "is not migrated (at revision none, this build needs 0001)" in msg
+    assert f"is not migrated (at revision none, this build needs {head_revision()})" in msg
     assert f"run: specwatch db upgrade --db {redact_url(url)}" in msg
     if password is not None:
         assert password not in msg and ":***@" in msg

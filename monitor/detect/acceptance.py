@@ -1,0 +1,743 @@
+"""Acceptance change points per segment: ``acceptance_drop`` and ``acceptance_rise``.
+
+The unit of evidence is the **request**: ``update(accepted, drafted, ts)``. Tokens of one
+request are not independent (acceptance varies from prompt to prompt), so a test that treats
+them as coin flips false-alarms on real traffic. The default detector,
+:class:`OverdispersedCusum`, is a bank of quasi-likelihood CUSUMs:
+
+1. **Warm-up** learns the segment: the intra-request correlation rho (method of moments),
+   the baseline, and the request rate (from event time).
+2. **Increments** are per-request binomial log-likelihood ratios divided by the design effect
+   ``1 + (d - 1) rho``, so a long request counts as the few independent tokens it is worth.
+   The baseline p0 is the matching quasi-likelihood estimate ``sum(w a) / sum(w d)``.
+3. **Bank**: one CUSUM per relative effect (default 5, 10, 20, 40, 80 %) and side. The
+   smallest is the minimum effect worth reporting; the larger ones catch big changes fast.
+4. **Thresholds** come from the false-alarm target: ARL0 = ``false_alarm_days`` x the
+   request rate, times the number of CUSUMs (Bonferroni), turned into h by Siegmund's formula
+   with each CUSUM's *empirical* adjustment coefficient theta, solved on every baseline
+   request (:mod:`monitor.detect.acceptance_reference`). The false-alarm rate is averaged
+   over the baseline's remaining uncertainty, so a young baseline gets higher thresholds that
+   come down as it refines (:func:`monitor.detect.calibration.quasi_cusum_threshold`).
+   Two guards keep rare extreme requests (a prompt the draft cannot follow) from paging:
+   no request adds more than ``h / min_requests`` to a CUSUM, and theta is capped at 1 until
+   the baseline has seen enough requests (20,000) to know its tail.
+5. **Refinement**: while no change is suspected, requests join the baseline in chunks, one
+   chunk late, so data after a change never drags the baseline.
+6. **After an alarm** the detector holds the changed state (``direction``) and runs a
+   recovery test (a reversed CUSUM between the baseline and the baseline moved by the
+   minimum effect) until acceptance is back; ``reset_baseline()`` starts a fresh warm-up.
+
+River's ADWIN and PageHinkley sit behind the same interface
+(:mod:`monitor.detect.river_adapters`); :func:`make_detector` builds any of them and
+:func:`restore_detector` reads any snapshot.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Protocol, Self, runtime_checkable
+
+import numpy as np
+
+from monitor.detect.acceptance_reference import RequestHistogram
+from monitor.detect.calibration import quasi_cusum_threshold
+from monitor.detect.exceptions import StateVersionError
+from monitor.detect.state import require_version
+
+DAY_S = 86400.0
+
+DROP = "drop"
+RISE = "rise"
+
+# Rises are capped at this share of the headroom to 1: a 40 % rise of 0.8 does not exist.
+_RISE_HEADROOM = 0.8
+# A chunk is not merged into the baseline while some CUSUM is past this share of its
+# threshold: a change may be under way.
+_SUSPECT = 0.5
+# Recalibrate when the baseline has grown by this factor or the request rate moved by it.
+_RECALIBRATE = 1.25
+# Until the baseline holds this many requests, theta is capped at 1 (an exact likelihood
+# ratio's value): a few thousand requests rarely include the rare extreme ones that dominate
+# E[exp(theta l)] of the large-effect CUSUMs, so a young sample overstates theta (by a third
+# at 80 % on the simulator's routes, with false alarms to match), hardly ever understates it.
+_MATURE = 20_000
+_EMPTY_EX = (0.0, 0.0, 0.0, -1.0, 0.0)  # excursion since S left 0: n, a, d, ts, index
+
+# Sums kept per chunk of requests: count, accepted, drafted, the quasi-likelihood sums w a and
+# w d, and their second moments for the baseline's standard error.
+_N, _A, _D, _WA, _WD, _WAA, _WAD, _WDD = range(8)
+_SUMS = 8
+
+
+@runtime_checkable
+class AcceptanceDetector(Protocol):
+    """What the alert engine needs from an acceptance detector (river's DriftDetector style).
+
+    ``drift_detected`` and ``recovered`` are true only on the update where a change was
+    detected or the changed state ended; ``direction`` ("drop" | "rise") holds while changed.
+    """
+
+    @property
+    def drift_detected(self) -> bool: ...
+
+    @property
+    def recovered(self) -> bool: ...
+
+    @property
+    def direction(self) -> str | None: ...
+
+    @property
+    def baseline(self) -> float | None: ...
+
+    @property
+    def current(self) -> float | None: ...
+
+    @property
+    def statistic(self) -> float: ...
+
+    @property
+    def threshold(self) -> float | None: ...
+
+    def update(self, accepted: int, drafted: int, ts: float | None = None) -> None: ...
+
+    def evidence(self) -> dict[str, Any]: ...
+
+    def snapshot(self) -> dict[str, Any]: ...
+
+    @classmethod
+    def restore(cls, data: dict[str, Any]) -> Self: ...
+
+    def reset_baseline(self) -> None: ...
+
+
+class OverdispersedCusum:
+    """Two-sided bank of quasi-likelihood CUSUMs on per-request acceptance counts.
+
+    Parameters
+    ----------
+    min_effect
+        Smallest relative change worth reporting (0.05 = 5 %): the smallest CUSUM of the bank
+        is tuned to it, and the recovery test calls acceptance back within it.
+    effects
+        Relative effects of the bank; default: ``min_effect`` doubled up to 80 %
+        (5, 10, 20, 40, 80 %). Rises are capped at 80 % of the headroom to 1.
+    false_alarm_days
+        Target mean time between false alarms of the whole detector (both sides, every
+        effect), in days of this segment's traffic.
+    arl_requests
+        The same target in requests; overrides ``false_alarm_days`` and makes ``ts``
+        optional.
+    two_sided
+        Also test for rises (``acceptance_rise``).
+    warmup_requests, warmup_tokens
+        Warm-up ends once both are reached (or at 4 x ``warmup_requests``); its requests are
+        kept raw until then.
+    baseline_chunk
+        Requests per refinement chunk; a chunk joins the baseline one chunk later.
+    min_requests
+        No single request adds more than ``threshold / min_requests`` to a CUSUM: a change
+        is a property of traffic, and one odd request must not page anyone.
+    overdispersion
+        False treats tokens as independent coin flips (rho = 0, theta = 1): for comparison
+        only, it false-alarms on real traffic.
+
+    Examples
+    --------
+    A stable stream with prompt-to-prompt spread (Beta, concentration 30) at acceptance 0.6,
+    then a 10 % drop at request 5,000:
+
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(42)
+    >>> det = OverdispersedCusum(arl_requests=1e6)
+    >>> for i in range(8000):
+    ...     p = rng.beta(18, 12) * (0.9 if i >= 5000 else 1.0)
+    ...     drafted = 4 * int(rng.integers(20, 80))
+    ...     det.update(int(rng.binomial(drafted, p)), drafted)
+    ...     if det.drift_detected:
+    ...         ev = det.evidence()
+    ...         print(i, det.direction, ev["change_index"], round(det.current / det.baseline, 2))
+    5038 drop 4994 0.87
+    """
+
+    KIND = "overdispersed_cusum"
+    VERSION = 1
+
+    def __init__(
+        self,
+        min_effect: float = 0.05,
+        effects: tuple[float, ...] | None = None,
+        false_alarm_days: float = 30.0,
+        arl_requests: float | None = None,
+        two_sided: bool = True,
+        warmup_requests: int = 2000,
+        warmup_tokens: int = 50_000,
+        baseline_chunk: int = 500,
+        min_requests: int = 2,
+        overdispersion: bool = True,
+    ) -> None:
+        if not 0.0 < min_effect < 1.0:
+            raise ValueError(f"min_effect must be in (0, 1), got {min_effect}")
+        if effects is None:
+            grid, e = [], min_effect
+            while e < 0.8 - 1e-9:
+                grid.append(e)
+                e *= 2.0
+            effects = (*grid, 0.8)
+        effects = tuple(sorted(float(e) for e in effects))
+        if not effects or not all(0.0 < e < 1.0 for e in effects):
+            raise ValueError(f"effects must be relative changes in (0, 1), got {effects}")
+        if not false_alarm_days > 0:
+            raise ValueError("false_alarm_days must be > 0")
+        if arl_requests is not None and not arl_requests > 1:
+            raise ValueError("arl_requests must be > 1")
+        if warmup_requests < 50 or warmup_tokens < 0 or baseline_chunk < 10:
+            raise ValueError("need warmup_requests >= 50, warmup_tokens >= 0, baseline_chunk >= 10")
+        if min_requests < 1:
+            raise ValueError("min_requests must be >= 1")
+        self.min_effect = min_effect
+        self.effects = effects
+        self.false_alarm_days = false_alarm_days
+        self.arl_requests = arl_requests
+        self.two_sided = two_sided
+        self.warmup_requests = warmup_requests
+        self.warmup_tokens = warmup_tokens
+        self.baseline_chunk = baseline_chunk
+        self.min_requests = min_requests
+        self.overdispersion = overdispersion
+        self._reset()
+
+    # -- state -------------------------------------------------------------------------------
+
+    def _reset(self) -> None:
+        self._phase = "warmup"
+        self._drift = False
+        self._recovered = False
+        self._direction: str | None = None
+        self._n = 0  # drafted requests seen, all phases
+        self._ts_first: float | None = None
+        self._ts_last: float | None = None
+        # warm-up: the requests, raw
+        self._warm_a: list[int] = []
+        self._warm_d: list[int] = []
+        self._warm_tokens = 0
+        # the baseline: rho, its sums, its histogram (the reference for theta)
+        self._rho = 0.0
+        self._base = [0.0] * _SUMS
+        self._ref = RequestHistogram(0.0)
+        self._p0 = 0.0  # quasi-likelihood baseline the test runs against
+        self._cal_n = 0.0  # baseline size and rate at the last calibration
+        self._cal_rate = 0.0
+        self._arl = 0.0  # requests between false alarms of the whole detector
+        # the bank, one entry per CUSUM (parallel lists: the hot loop indexes them)
+        self._side: list[int] = []  # -1 drop, +1 rise
+        self._delta: list[float] = []
+        self._p1: list[float] = []
+        self._ca: list[float] = []  # increment = w (a ca + (d - a) cb), at most h / min_requests
+        self._cb: list[float] = []
+        self._h: list[float] = []
+        self._theta: list[float] = []
+        self._s: list[float] = []
+        self._ex: list[list[float]] = []  # see _EMPTY_EX
+        # refinement chunks: the newer one fills, the older waits a chunk before joining
+        self._older: list[float] | None = None
+        self._older_hist: RequestHistogram | None = None
+        self._newer = [0.0] * _SUMS
+        self._newer_hist = RequestHistogram(0.0)
+        # the changed state
+        self._alarm: dict[str, Any] | None = None
+        self._since = [0.0, 0.0, 0.0]  # n, a, d since the estimated change
+        self._rec_ca = 0.0
+        self._rec_cb = 0.0
+        self._rec_h = 0.0
+        self._rec_s = 0.0
+
+    def reset_baseline(self) -> None:
+        """Forget the baseline and start a fresh warm-up (new segment, or change accepted)."""
+        self._reset()
+
+    # -- read-only results -------------------------------------------------------------------
+
+    @property
+    def drift_detected(self) -> bool:
+        """True only on the update where a change was detected."""
+        return self._drift
+
+    @property
+    def recovered(self) -> bool:
+        """True only on the update where the changed state ended."""
+        return self._recovered
+
+    @property
+    def direction(self) -> str | None:
+        """"drop" or "rise" while in the changed state, else None."""
+        return self._direction
+
+    @property
+    def phase(self) -> str:
+        """"warmup", "watch" or "changed"."""
+        return self._phase
+
+    @property
+    def baseline(self) -> float | None:
+        """The baseline engine rate, sum(accepted) / sum(drafted); None during warm-up."""
+        if self._phase == "warmup" or self._base[_D] <= 0:
+            return None
+        return self._base[_A] / self._base[_D]
+
+    @property
+    def current(self) -> float | None:
+        """Recent engine rate: since the estimated change when changed; else over the
+        excursion of the CUSUM nearest its threshold, or the last chunks if none is up."""
+        if self._phase == "warmup":
+            return None
+        if self._phase == "changed":
+            return self._since[1] / self._since[2] if self._since[2] > 0 else None
+        k = self._leader()
+        if k is not None:
+            ex = self._ex[k]
+            return ex[1] / ex[2] if ex[2] > 0 else None
+        a, d = self._newer[_A], self._newer[_D]
+        if self._older is not None:
+            a, d = a + self._older[_A], d + self._older[_D]
+        return a / d if d > 0 else None
+
+    @property
+    def statistic(self) -> float:
+        """The largest CUSUM as a fraction of its threshold (alarm at 1); in the changed
+        state, the recovery test's, as a fraction of its threshold."""
+        if self._phase == "warmup":
+            return 0.0
+        if self._phase == "changed":
+            return self._rec_s / self._rec_h
+        return max(s / h for s, h in zip(self._s, self._h, strict=True))
+
+    @property
+    def threshold(self) -> float | None:
+        """1.0 once armed (``statistic`` is normalised), None during warm-up."""
+        return None if self._phase == "warmup" else 1.0
+
+    def _leader(self) -> int | None:
+        best, arg = 0.0, None
+        for k, (s, h) in enumerate(zip(self._s, self._h, strict=True)):
+            if s / h > best:
+                best, arg = s / h, k
+        return arg
+
+    # -- the stream --------------------------------------------------------------------------
+
+    def update(self, accepted: int, drafted: int, ts: float | None = None) -> None:
+        """Feed one request; requests that drafted nothing carry no evidence and are ignored."""
+        self._drift = False
+        self._recovered = False
+        if drafted <= 0:
+            return
+        if not 0 <= accepted <= drafted:
+            raise ValueError(f"need 0 <= accepted <= drafted, got {accepted}, {drafted}")
+        if ts is None:
+            if self.arl_requests is None:
+                raise ValueError("ts is required unless arl_requests is given")
+        else:
+            ts = float(ts)
+            if self._ts_first is None:
+                self._ts_first = ts
+            # late events may come slightly out of order: the span is first to latest
+            if self._ts_last is None or ts > self._ts_last:
+                self._ts_last = ts
+        self._n += 1
+        if self._phase == "watch":
+            self._watch(accepted, drafted, ts)
+        elif self._phase == "changed":
+            self._changed(accepted, drafted)
+        else:
+            self._warm(accepted, drafted)
+
+    def _warm(self, a: int, d: int) -> None:
+        self._warm_a.append(a)
+        self._warm_d.append(d)
+        self._warm_tokens += d
+        n = len(self._warm_a)
+        if (n >= self.warmup_requests and self._warm_tokens >= self.warmup_tokens) or (
+            n >= 4 * self.warmup_requests
+        ):
+            self._arm()
+
+    def _arm(self) -> None:
+        """End of warm-up: learn rho, build the baseline and the bank."""
+        a = np.asarray(self._warm_a, dtype=np.float64)
+        d = np.asarray(self._warm_d, dtype=np.float64)
+        if self.overdispersion:
+            # Method of moments for the beta-binomial variance p(1-p) d (1 + (d - 1) rho).
+            p = float(a.sum() / d.sum())
+            pairs = float((d * (d - 1.0)).sum())
+            if 0.0 < p < 1.0 and pairs > 0:
+                excess = float(((a - p * d) ** 2).sum()) / (p * (1.0 - p)) - float(d.sum())
+                self._rho = float(min(max(excess / pairs, 0.0), 1.0))
+        self._ref = RequestHistogram(self._rho)
+        self._newer_hist = RequestHistogram(self._rho)
+        for ai, di in zip(self._warm_a, self._warm_d, strict=True):
+            self._add(self._base, self._ref, ai, di)
+        self._warm_a, self._warm_d = [], []
+        self._phase = "watch"
+        self._calibrate()
+
+    def _add(self, sums: list[float], hist: RequestHistogram, a: int, d: int) -> None:
+        w = 1.0 / (1.0 + (d - 1) * self._rho)
+        wa, wd = w * a, w * d
+        sums[_N] += 1.0
+        sums[_A] += a
+        sums[_D] += d
+        sums[_WA] += wa
+        sums[_WD] += wd
+        sums[_WAA] += wa * wa
+        sums[_WAD] += wa * wd
+        sums[_WDD] += wd * wd
+        hist.add(a, d)
+
+    def _rate(self) -> float:
+        """Drafted requests per second of event time, over everything seen."""
+        if self._ts_first is None or self._ts_last is None or self._ts_last <= self._ts_first:
+            return 0.0
+        return (self._n - 1) / (self._ts_last - self._ts_first)
+
+    def _target_arl(self, rate: float) -> float:
+        if self.arl_requests is not None:
+            return float(self.arl_requests)
+        # all requests at one instant give no rate: assume one a second
+        return self.false_alarm_days * DAY_S * (rate if rate > 0.0 else 1.0)
+
+    def _bank_levels(self, p0: float) -> list[tuple[int, float, float]]:
+        """(side, effect, p1) of each CUSUM for a baseline p0."""
+        levels = [(-1, e, p0 * (1.0 - e)) for e in self.effects]
+        if self.two_sided:
+            cap = p0 + _RISE_HEADROOM * (1.0 - p0)
+            seen: set[float] = set()
+            for e in self.effects:
+                p1 = min(p0 * (1.0 + e), cap)
+                if p1 not in seen:
+                    seen.add(p1)
+                    levels.append((1, e, p1))
+        return levels
+
+    def _calibrate(self) -> None:
+        """Set p0, the bank's coefficients and thresholds from the baseline."""
+        base = self._base
+        p0 = min(max(base[_WA] / base[_WD], 1e-6), 1.0 - 1e-6)
+        self._p0 = p0
+        rate = self._rate()
+        self._cal_n, self._cal_rate = base[_N], rate
+        levels = self._bank_levels(p0)
+        self._arl = self._target_arl(rate)
+        arl_each = self._arl * len(levels)  # Bonferroni over the bank and both sides
+        # Relative standard error of p0 (sandwich variance of the ratio estimator).
+        resid2 = base[_WAA] - 2.0 * p0 * base[_WAD] + p0 * p0 * base[_WDD]
+        se = math.sqrt(max(resid2, 0.0)) / base[_WD] / p0
+        n, wa, wd = self._ref.arrays()
+        old = {(s, e): (s_k, ex) for s, e, s_k, ex in
+               zip(self._side, self._delta, self._s, self._ex, strict=True)}
+        self._side, self._delta, self._p1 = [], [], []
+        self._ca, self._cb, self._h, self._theta = [], [], [], []
+        s_new, ex_new = [], []
+        for side, e, p1 in levels:
+            ca = math.log(p1 / p0)
+            cb = math.log((1.0 - p1) / (1.0 - p0))
+            h, theta = self._threshold(n, wa, wd, p0, ca, cb, se, arl_each)
+            self._side.append(side)
+            self._delta.append(e)
+            self._p1.append(p1)
+            self._ca.append(ca)
+            self._cb.append(cb)
+            self._h.append(h)
+            self._theta.append(theta)
+            # a recalibration keeps each CUSUM's evidence so far
+            s_k, ex = old.get((side, e), (0.0, list(_EMPTY_EX)))
+            s_new.append(s_k)
+            ex_new.append(ex)
+        self._s, self._ex = s_new, ex_new
+
+    def _threshold(
+        self,
+        n: np.ndarray,
+        wa: np.ndarray,
+        wd: np.ndarray,
+        p0: float,
+        ca: float,
+        cb: float,
+        se: float,
+        arl: float,
+    ) -> tuple[float, float]:
+        """h and theta of one CUSUM from the baseline histogram.
+
+        Each bin's mean increment is ``(wa ca + (wd - wa) cb) / n``. If the true baseline is
+        ``p0 (1 + eta)``, the expected accepted count moves by ``eta p0 d``, so each increment
+        moves by ``eta p0 w d (ca - cb)``: the shift averaged over in the false-alarm rate.
+        """
+        if not self.overdispersion:
+            # the coin-flip model's own claim: an exact LLR, theta 1, drift KL per token
+            kl = p0 * -ca + (1.0 - p0) * -cb
+            drift = kl * float(wd.sum() / n.sum())
+            inc, wts = np.array([-drift]), np.ones(1)
+            return quasi_cusum_threshold(inc, wts, arl, theta_max=1.0, nodes=1)[0], 1.0
+        inc = (wa * ca + (wd - wa) * cb) / n
+        shift = p0 * (ca - cb) * wd / n
+        theta_max = 1.0 if self._ref.n < _MATURE else math.inf
+        return quasi_cusum_threshold(
+            inc, n, arl, shift=shift, se=se, theta_max=theta_max,
+            min_requests=self.min_requests,
+        )
+
+    def _watch(self, a: int, d: int, ts: float | None) -> None:
+        w = 1.0 / (1.0 + (d - 1) * self._rho)
+        b = d - a
+        s_list, h_list, ca, cb, ex_list = self._s, self._h, self._ca, self._cb, self._ex
+        m = self.min_requests
+        alarm, best = -1, 0.0
+        for k in range(len(s_list)):
+            x = w * (a * ca[k] + b * cb[k])
+            h = h_list[k]
+            # clipping only lowers the statistic: the ARL computed without it still holds
+            s = s_list[k] + (x if x * m < h else h / m)
+            if s <= 0.0:
+                s_list[k] = 0.0
+                if ex_list[k][0]:
+                    ex_list[k] = list(_EMPTY_EX)
+                continue
+            ex = ex_list[k]
+            if s_list[k] == 0.0:
+                # S leaves 0 here: the CUSUM's estimate of the change point is this request
+                ex = ex_list[k] = [0.0, 0.0, 0.0, -1.0 if ts is None else ts, float(self._n)]
+            ex[0] += 1.0
+            ex[1] += a
+            ex[2] += d
+            s_list[k] = s
+            if s >= h and s / h > best:
+                best, alarm = s / h, k
+        if alarm >= 0:
+            self._fire(alarm, ts)
+        else:
+            self._refine(a, d)
+
+    def _refine(self, a: int, d: int) -> None:
+        """Add the request to the newer chunk; when it is full, let the older one join."""
+        self._add(self._newer, self._newer_hist, a, d)
+        if self._newer[_N] < self.baseline_chunk:
+            return
+        suspect = any(s >= _SUSPECT * h for s, h in zip(self._s, self._h, strict=True))
+        if self._older is not None and self._older_hist is not None and not suspect:
+            for i in range(_SUMS):
+                self._base[i] += self._older[i]
+            self._ref.merge(self._older_hist)
+        self._older, self._older_hist = self._newer, self._newer_hist
+        self._newer, self._newer_hist = [0.0] * _SUMS, RequestHistogram(self._rho)
+        rate = self._rate()
+        grown = self._base[_N] >= _RECALIBRATE * self._cal_n
+        moved = (
+            self.arl_requests is None
+            and rate > 0.0
+            and self._cal_rate > 0.0
+            and abs(math.log(rate / self._cal_rate)) > math.log(_RECALIBRATE)
+        )
+        if grown or moved:
+            self._calibrate()
+
+    def _drop_chunks(self) -> None:
+        self._older, self._older_hist = None, None
+        self._newer, self._newer_hist = [0.0] * _SUMS, RequestHistogram(self._rho)
+
+    def _fire(self, k: int, ts: float | None) -> None:
+        ex = self._ex[k]
+        direction = DROP if self._side[k] < 0 else RISE
+        self._drift = True
+        self._direction = direction
+        self._phase = "changed"
+        self._since = [ex[0], ex[1], ex[2]]
+        self._alarm = {
+            "effect": self._delta[k],
+            "p1": self._p1[k],
+            "cusum": self._s[k],
+            "cusum_threshold": self._h[k],
+            "theta": self._theta[k],
+            "change_ts": ex[3] if ex[3] >= 0 else None,
+            "change_index": int(ex[4]),
+            "detected_ts": ts,
+            "detected_index": self._n,
+        }
+        # Nothing after the last merged chunk may join the baseline: it may be changed data.
+        self._drop_chunks()
+        self._s = [0.0] * len(self._s)
+        self._ex = [list(_EMPTY_EX) for _ in self._ex]
+        self._arm_recovery(direction)
+
+    def _arm_recovery(self, direction: str) -> None:
+        """Reversed CUSUM: evidence for the baseline p0 against p0 moved by the minimum effect."""
+        p0 = self._p0
+        if direction == DROP:
+            pc = p0 * (1.0 - self.min_effect)
+        else:
+            pc = min(p0 * (1.0 + self.min_effect), p0 + _RISE_HEADROOM * (1.0 - p0))
+        self._rec_ca = math.log(p0 / pc)
+        self._rec_cb = math.log((1.0 - p0) / (1.0 - pc))
+        # Its null is "still changed, at pc": the baseline's requests moved to that level.
+        n, wa, wd = self._ref.arrays()
+        wa = wa * (pc / p0)
+        # A false recovery only re-opens the episode later, so one test's ARL is enough.
+        self._rec_h, _ = self._threshold(n, wa, wd, pc, self._rec_ca, self._rec_cb, 0.0,
+                                         self._arl)
+        self._rec_s = 0.0
+
+    def _changed(self, a: int, d: int) -> None:
+        since = self._since
+        since[0] += 1.0
+        since[1] += a
+        since[2] += d
+        w = 1.0 / (1.0 + (d - 1) * self._rho)
+        x = w * (a * self._rec_ca + (d - a) * self._rec_cb)
+        # clipped like the bank (its threshold assumes it)
+        s = self._rec_s + min(x, self._rec_h / self.min_requests)
+        self._rec_s = s if s > 0.0 else 0.0
+        if self._rec_s >= self._rec_h:
+            self._recovered = True
+            self._direction = None
+            self._phase = "watch"
+            self._rec_s = 0.0
+            self._drop_chunks()
+
+    # -- reporting ---------------------------------------------------------------------------
+
+    def evidence(self) -> dict[str, Any]:
+        """Numbers for an alert's details (JSON-ready).
+
+        Always: detector, phase, direction, baseline, current, requests, statistic. Once
+        armed: the baseline's size, its test value (quasi-likelihood p0), rho, the ARL target
+        in requests, the request rate and each CUSUM's threshold. While changed: the alarm
+        (effect, the CUSUM and its threshold, theta, the estimated change time and request
+        index, detection time and index) and the counts since the change.
+        """
+        out: dict[str, Any] = {
+            "detector": self.KIND,
+            "phase": self._phase,
+            "direction": self._direction,
+            "baseline": self.baseline,
+            "current": self.current,
+            "requests": self._n,
+            "statistic": self.statistic,
+        }
+        if self._phase == "warmup":
+            out["warmup_requests"] = len(self._warm_a)
+            out["warmup_tokens"] = self._warm_tokens
+            return out
+        base = self._base
+        out.update(
+            baseline_requests=int(base[_N]),
+            baseline_tokens=int(base[_D]),
+            baseline_test=self._p0,
+            rho=self._rho,
+            arl_requests=self._arl,
+            request_rate=self._rate(),
+            thresholds={
+                f"{DROP if s < 0 else RISE}_{e:g}": h
+                for s, e, h in zip(self._side, self._delta, self._h, strict=True)
+            },
+        )
+        if self._alarm is not None and self._phase == "changed":
+            n, a, d = self._since
+            out.update(self._alarm)
+            out.update(requests_since_change=int(n), accepted_tokens=int(a),
+                       drafted_tokens=int(d))
+        return out
+
+    # -- persistence -------------------------------------------------------------------------
+
+    _PARAMS = (
+        "min_effect", "effects", "false_alarm_days", "arl_requests", "two_sided",
+        "warmup_requests", "warmup_tokens", "baseline_chunk", "min_requests", "overdispersion",
+    )
+    _STATE = (
+        "_phase", "_direction", "_drift", "_recovered", "_n", "_ts_first", "_ts_last",
+        "_warm_a", "_warm_d", "_warm_tokens", "_rho", "_base", "_p0", "_cal_n", "_cal_rate",
+        "_arl", "_side", "_delta", "_p1", "_ca", "_cb", "_h", "_theta", "_s", "_ex", "_older",
+        "_newer", "_alarm", "_since", "_rec_ca", "_rec_cb", "_rec_h", "_rec_s",
+    )
+    _HISTS = ("_ref", "_older_hist", "_newer_hist")
+
+    def snapshot(self) -> dict[str, Any]:
+        """The whole state as JSON-ready data (floats round-trip exactly through JSON).
+
+        Size: about a hundred numbers, the raw warm-up requests while warming up (at most
+        4 x ``warmup_requests`` pairs), then the baseline histogram (typically 500-1,500
+        bins of 4 numbers, see :mod:`monitor.detect.acceptance_reference`) and the chunk
+        histograms (at most 2 x ``baseline_chunk`` bins).
+        """
+        params = {name: getattr(self, name) for name in self._PARAMS}
+        params["effects"] = list(self.effects)
+        state = {name[1:]: _copy(getattr(self, name)) for name in self._STATE}
+        for name in self._HISTS:
+            hist = getattr(self, name)
+            state[name[1:]] = None if hist is None else hist.to_json()
+        return {"kind": self.KIND, "version": self.VERSION, "params": params, "state": state}
+
+    @classmethod
+    def restore(cls, data: dict[str, Any]) -> Self:
+        """Rebuild a detector from :meth:`snapshot` output; later outputs are identical."""
+        require_version(data, cls.KIND, cls.VERSION)
+        params = dict(data["params"])
+        params["effects"] = tuple(params["effects"])
+        det = cls(**params)
+        state = data["state"]
+        for name in cls._STATE:
+            setattr(det, name, _copy(state[name[1:]]))
+        for name in cls._HISTS:
+            raw = state[name[1:]]
+            setattr(det, name, None if raw is None else RequestHistogram.from_json(raw))
+        return det
+
+    def __repr__(self) -> str:
+        return (
+            f"OverdispersedCusum(min_effect={self.min_effect}, effects={self.effects}, "
+            f"false_alarm_days={self.false_alarm_days}, phase={self._phase!r})"
+        )
+
+
+def _copy(value: Any) -> Any:
+    """A deep copy of JSON-like data, so a snapshot never aliases live state."""
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    return value
+
+
+def make_detector(kind: str = "cusum", **params: Any) -> AcceptanceDetector:
+    """Build an acceptance detector by name: "cusum" (default), "adwin" or "page_hinkley".
+
+    >>> make_detector().min_effect
+    0.05
+    >>> type(make_detector("adwin", delta=1e-3)).__name__
+    'AdwinDetector'
+    """
+    if kind in ("cusum", OverdispersedCusum.KIND):
+        return OverdispersedCusum(**params)
+    from monitor.detect import river_adapters  # river is imported only when asked for
+
+    if kind in ("adwin", river_adapters.AdwinDetector.KIND):
+        return river_adapters.AdwinDetector(**params)
+    if kind in ("page_hinkley", river_adapters.PageHinkleyDetector.KIND):
+        return river_adapters.PageHinkleyDetector(**params)
+    raise ValueError(f"unknown detector kind {kind!r}; known: cusum, adwin, page_hinkley")
+
+
+def restore_detector(data: dict[str, Any]) -> AcceptanceDetector:
+    """Restore any acceptance detector from its snapshot, by the snapshot's ``kind``.
+
+    >>> det = make_detector("page_hinkley", threshold=5.0)
+    >>> type(restore_detector(det.snapshot())).__name__
+    'PageHinkleyDetector'
+    """
+    kind = data.get("kind")
+    if kind == OverdispersedCusum.KIND:
+        return OverdispersedCusum.restore(data)
+    from monitor.detect import river_adapters
+
+    for cls in (river_adapters.AdwinDetector, river_adapters.PageHinkleyDetector):
+        if kind == cls.KIND:
+            return cls.restore(data)
+    raise StateVersionError(f"unknown acceptance detector state kind {kind!r}")

@@ -1,0 +1,481 @@
+"""Is the route's speculation alive? Rules ``memory_contention``, ``telemetry_stale`` and
+``speculation_inactive``.
+
+All three count requests, not tokens, over event-time windows; none of them computes an
+acceptance rate. Requests that drafted nothing are counted as such (their share is reported)
+and never as a rate of zero.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from monitor.detect.state import require_version
+from monitor.detect.windows import BucketRing
+from monitor.telemetry.event import Event
+
+__all__ = ["ContentionMonitor", "InactivityMonitor", "StalenessMonitor"]
+
+
+class ContentionMonitor:
+    """Share of a route's draft-model requests whose draft was evicted or reloaded.
+
+    Parameters
+    ----------
+    threshold : float
+        Fires when the window's share of ``draft_evicted`` requests exceeds it (5 %).
+    window : float
+        Sliding event-time window in seconds.
+    min_requests : int
+        Draft-model requests the window needs before anything is decided.
+    min_evicted : int
+        Evicted requests the window needs to fire: a handful of evictions on a quiet route
+        is a share, not contention.
+    hysteresis : float
+        Resolution needs the share back under ``threshold - hysteresis``, so a share that
+        hovers at the threshold does not flap.
+    bucket : float
+        Bucket width of the window, seconds.
+
+    Notes
+    -----
+    Only requests that report a draft model count: without a draft there is nothing to evict.
+
+    Examples
+    --------
+    >>> m = ContentionMonitor(min_requests=20)
+    >>> def event(i, evicted):
+    ...     return Event(f"r{i}", float(i), "chat", "ok", "t", "1", "tok", 10, 50.0,
+    ...                  draft_model="d", draft_evicted=evicted)
+    >>> for i in range(100):
+    ...     m.update(event(i, evicted=i % 10 == 0))        # 10 %
+    >>> m.firing, m.share
+    (True, 0.1)
+    >>> for i in range(100, 800):
+    ...     m.update(event(i, evicted=False))
+    ...     if m.changed:
+    ...         print("resolved at", i)
+    resolved at 250
+    """
+
+    rule = "memory_contention"
+    severity = "warning"
+    KIND = "contention"
+    VERSION = 1
+
+    def __init__(
+        self,
+        threshold: float = 0.05,
+        window: float = 600.0,
+        min_requests: int = 50,
+        min_evicted: int = 3,
+        hysteresis: float = 0.01,
+        bucket: float = 60.0,
+    ) -> None:
+        if not 0.0 <= threshold < 1.0 or not 0.0 <= hysteresis <= threshold:
+            raise ValueError("threshold in [0, 1) and hysteresis in [0, threshold] required")
+        if min_requests < 1 or min_evicted < 1:
+            raise ValueError("min_requests and min_evicted must be >= 1")
+        self.threshold = float(threshold)
+        self.window = float(window)
+        self.min_requests = int(min_requests)
+        self.min_evicted = int(min_evicted)
+        self.hysteresis = float(hysteresis)
+        self.bucket = float(bucket)
+        self._ring = BucketRing(window, bucket, 2)
+        self._firing = False
+        self._changed = False
+
+    def update(self, event: Event) -> None:
+        """Count one request (requests without a draft model only move the window)."""
+        if event.draft_model is None:
+            self._changed = False
+            self._ring.advance(event.ts)
+            self._decide()
+            return
+        self.observe(event.draft_evicted, event.ts)
+
+    def observe(self, evicted: bool, ts: float) -> None:
+        """Count one draft-model request at ``ts``, evicted or not."""
+        self._changed = False
+        ring = self._ring
+        b = ring.slot(ts)
+        if b is not None:
+            s = ring.sums
+            b[0] += 1
+            s[0] += 1
+            if evicted:
+                b[1] += 1
+                s[1] += 1
+        self._decide()
+
+    def _decide(self) -> None:
+        t = self._ring.sums
+        n = t[0]
+        if n < self.min_requests:
+            return
+        evicted = t[1]
+        if not self._firing:
+            if evicted >= self.min_evicted and evicted / n > self.threshold:
+                self._firing = self._changed = True
+        elif evicted / n < self.threshold - self.hysteresis or evicted == 0:
+            self._firing = False
+            self._changed = True
+
+    @property
+    def firing(self) -> bool:
+        return self._firing
+
+    @property
+    def changed(self) -> bool:
+        return self._changed
+
+    @property
+    def share(self) -> float | None:
+        """Share of the window's draft-model requests with ``draft_evicted``."""
+        n, evicted = self._ring.sums
+        return evicted / n if n else None
+
+    def evidence(self) -> dict[str, Any]:
+        n, evicted = self._ring.sums
+        return {
+            "share": self.share,
+            "evicted_requests": int(evicted),
+            "requests": int(n),
+            "threshold": self.threshold,
+            "resolve_below": self.threshold - self.hysteresis,
+            "window_s": self.window,
+        }
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "kind": self.KIND,
+            "version": self.VERSION,
+            "params": {
+                "threshold": self.threshold,
+                "window": self.window,
+                "min_requests": self.min_requests,
+                "min_evicted": self.min_evicted,
+                "hysteresis": self.hysteresis,
+                "bucket": self.bucket,
+            },
+            "ring": self._ring.snapshot(),
+            "firing": self._firing,
+            "changed": self._changed,
+        }
+
+    @classmethod
+    def restore(cls, data: dict[str, Any]) -> ContentionMonitor:
+        require_version(data, cls.KIND, cls.VERSION)
+        m = cls(**data["params"])
+        m._ring = BucketRing.restore(data["ring"])
+        m._firing = bool(data["firing"])
+        m._changed = bool(data["changed"])
+        return m
+
+
+class StalenessMonitor:
+    """A route that was reporting has sent nothing for ``silence`` seconds.
+
+    Parameters
+    ----------
+    silence : float
+        Seconds without an event after which the route is stale (10 minutes).
+
+    Notes
+    -----
+    ``update`` takes each event of the route (or its ``ts``); ``tick(now)`` evaluates at
+    ``now``: the newest event time of the whole stream in replay, the wall clock when live.
+    The monitor keeps no clock of its own. ``now`` never goes back: a smaller value is
+    ignored. A late event, whose ``ts`` is older than the newest one already seen, does not
+    make a stale route fresh; a new one resolves the condition.
+
+    Examples
+    --------
+    >>> m = StalenessMonitor(silence=600)
+    >>> m.update(1000.0)
+    >>> m.tick(1500.0); m.firing
+    False
+    >>> m.tick(1601.0); m.firing, m.changed, m.evidence()["silent_for_s"]
+    (True, True, 601.0)
+    >>> m.tick(1700.0); m.changed
+    False
+    >>> m.update(1650.0); m.firing, m.changed
+    (False, True)
+    """
+
+    rule = "telemetry_stale"
+    severity = "warning"
+    KIND = "staleness"
+    VERSION = 1
+
+    def __init__(self, silence: float = 600.0) -> None:
+        if not (silence > 0 and math.isfinite(silence)):
+            raise ValueError("silence must be a finite number > 0")
+        self.silence = float(silence)
+        self._last_ts: float | None = None
+        self._now: float | None = None
+        self._firing = False
+        self._changed = False
+
+    def update(self, event: Event | float) -> None:
+        """The route reported an event (an :class:`Event` or its event time)."""
+        ts = event.ts if isinstance(event, Event) else float(event)
+        self._changed = False
+        # _decide inlined: this runs on every event of the route
+        last = self._last_ts
+        if last is None or ts > last:
+            self._last_ts = last = ts
+        now = self._now
+        if now is None or ts > now:
+            self._now = now = ts
+        stale = now - last > self.silence
+        if stale != self._firing:
+            self._firing = stale
+            self._changed = True
+
+    def tick(self, now: float) -> None:
+        """Evaluate at time ``now`` (event time in replay, wall clock when live)."""
+        self._changed = False
+        self._now = now if self._now is None else max(self._now, now)
+        self._decide()
+
+    def _decide(self) -> None:
+        if self._last_ts is None or self._now is None:
+            return
+        stale = self._now - self._last_ts > self.silence
+        if stale != self._firing:
+            self._firing = stale
+            self._changed = True
+
+    @property
+    def firing(self) -> bool:
+        return self._firing
+
+    @property
+    def changed(self) -> bool:
+        return self._changed
+
+    @property
+    def last_ts(self) -> float | None:
+        """Newest event time seen on the route."""
+        return self._last_ts
+
+    def evidence(self) -> dict[str, Any]:
+        silent = None
+        if self._last_ts is not None and self._now is not None:
+            silent = self._now - self._last_ts
+        return {
+            "last_event_ts": self._last_ts,
+            "now": self._now,
+            "silent_for_s": silent,
+            "silence_s": self.silence,
+        }
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "kind": self.KIND,
+            "version": self.VERSION,
+            "params": {"silence": self.silence},
+            "last_ts": self._last_ts,
+            "now": self._now,
+            "firing": self._firing,
+            "changed": self._changed,
+        }
+
+    @classmethod
+    def restore(cls, data: dict[str, Any]) -> StalenessMonitor:
+        require_version(data, cls.KIND, cls.VERSION)
+        m = cls(**data["params"])
+        m._last_ts = data["last_ts"]
+        m._now = data["now"]
+        m._firing = bool(data["firing"])
+        m._changed = bool(data["changed"])
+        return m
+
+
+_REQ, _NODRAFT, _WITH_DRAFT = range(3)
+
+
+class InactivityMonitor:
+    """A route that drafted before, or reports a draft model, drafts nothing over a window.
+
+    Real engines do not fail when the draft model cannot load: they keep serving without
+    speculation, every request with nothing drafted and no error (real-engines-on-cpu.md).
+
+    Parameters
+    ----------
+    window : float
+        Event-time seconds the route must go without drafting (10 minutes).
+    min_requests : int
+        Requests the window needs: a quiet route proves nothing.
+    share : float
+        Share of the window's requests that must have drafted nothing. 1.0 (all of them) by
+        default: n-gram drafting legitimately proposes nothing on many requests (a third of
+        them or more), so anything short of "none drafted" is normal there.
+    bucket : float
+        Bucket width of the window, seconds.
+
+    Notes
+    -----
+    A route is *eligible* once any of its requests drafted something (remembered for good)
+    or while requests in the window report a draft model. It fires when it is eligible, has
+    been observed since before the window began (the window is the last ``window / bucket``
+    buckets: between ``window - bucket`` and ``window`` seconds), and the window holds at least
+    ``min_requests`` requests of which at least ``share`` drafted nothing. It resolves as
+    soon as drafting resumes, i.e. the window's no-draft share falls under ``share`` (with
+    the default, the first request that drafts anything). Without requests nothing flips.
+
+    Examples
+    --------
+    >>> m = InactivityMonitor(window=600, min_requests=20)
+    >>> def event(i, drafted):
+    ...     return Event(f"r{i}", 10.0 * i, "chat", "ok", "t", "1", "tok", 10, 50.0,
+    ...                  draft_model="d", has_spec=True, num_speculative_tokens=4,
+    ...                  drafted_tokens=drafted)
+    >>> for i in range(30):
+    ...     m.update(event(i, drafted=8))
+    >>> for i in range(30, 200):
+    ...     m.update(event(i, drafted=0))
+    ...     if m.changed:
+    ...         print("fired at", i)
+    fired at 84
+    >>> m.update(event(200, drafted=8)); m.firing, m.changed
+    (False, True)
+    """
+
+    rule = "speculation_inactive"
+    severity = "critical"
+    KIND = "inactivity"
+    VERSION = 1
+
+    def __init__(
+        self,
+        window: float = 600.0,
+        min_requests: int = 20,
+        share: float = 1.0,
+        bucket: float = 60.0,
+    ) -> None:
+        if not 0.0 < share <= 1.0:
+            raise ValueError("share must be in (0, 1]")
+        if min_requests < 1:
+            raise ValueError("min_requests must be >= 1")
+        self.window = float(window)
+        self.min_requests = int(min_requests)
+        self.share = float(share)
+        self.bucket = float(bucket)
+        self._ring = BucketRing(window, bucket, 3)
+        self._ever_drafted = False
+        self._first_ts: float | None = None
+        self._last_drafted_ts: float | None = None
+        self._firing = False
+        self._changed = False
+
+    def update(self, event: Event) -> None:
+        """Count one request."""
+        self.observe(event.drafted_tokens, event.draft_model is not None, event.ts)
+
+    def observe(self, drafted: int, has_draft_model: bool, ts: float) -> None:
+        """Count one request that drafted ``drafted`` tokens at ``ts``."""
+        self._changed = False
+        if self._first_ts is None:
+            self._first_ts = ts
+        ring = self._ring
+        b = ring.slot(ts)
+        if drafted > 0:
+            self._ever_drafted = True
+            if self._last_drafted_ts is None or ts > self._last_drafted_ts:
+                self._last_drafted_ts = ts
+            if b is not None:
+                s = ring.sums
+                b[_REQ] += 1
+                s[_REQ] += 1
+                if has_draft_model:
+                    b[_WITH_DRAFT] += 1
+                    s[_WITH_DRAFT] += 1
+        elif b is not None:
+            s = ring.sums
+            b[_REQ] += 1
+            s[_REQ] += 1
+            b[_NODRAFT] += 1
+            s[_NODRAFT] += 1
+            if has_draft_model:
+                b[_WITH_DRAFT] += 1
+                s[_WITH_DRAFT] += 1
+        self._decide()
+
+    def _decide(self) -> None:
+        t = self._ring.sums
+        n = t[_REQ]
+        if n == 0:
+            return
+        quiet = t[_NODRAFT] >= self.share * n
+        if not self._firing:
+            # cheapest tests first: a drafting route is not quiet
+            if quiet and n >= self.min_requests and (self._ever_drafted or t[_WITH_DRAFT] > 0):
+                ring = self._ring
+                assert self._first_ts is not None and ring.head is not None
+                # observed over the whole window: the route reported before the window began
+                if self._first_ts <= (ring.head - ring.size + 1) * self.bucket:
+                    self._firing = self._changed = True
+        elif not quiet:
+            self._firing = False
+            self._changed = True
+
+    @property
+    def firing(self) -> bool:
+        return self._firing
+
+    @property
+    def changed(self) -> bool:
+        return self._changed
+
+    @property
+    def no_draft_share(self) -> float | None:
+        """Share of the window's requests that drafted nothing (None without requests)."""
+        n, nodraft, _ = self._ring.sums
+        return nodraft / n if n else None
+
+    def evidence(self) -> dict[str, Any]:
+        n, nodraft, with_draft = self._ring.sums
+        return {
+            "requests": int(n),
+            "no_draft_requests": int(nodraft),
+            "no_draft_share": self.no_draft_share,
+            "share_threshold": self.share,
+            "draft_model_requests": int(with_draft),
+            "drafted_before": self._ever_drafted,
+            "last_drafted_ts": self._last_drafted_ts,
+            "window_s": self.window,
+        }
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "kind": self.KIND,
+            "version": self.VERSION,
+            "params": {
+                "window": self.window,
+                "min_requests": self.min_requests,
+                "share": self.share,
+                "bucket": self.bucket,
+            },
+            "ring": self._ring.snapshot(),
+            "ever_drafted": self._ever_drafted,
+            "first_ts": self._first_ts,
+            "last_drafted_ts": self._last_drafted_ts,
+            "firing": self._firing,
+            "changed": self._changed,
+        }
+
+    @classmethod
+    def restore(cls, data: dict[str, Any]) -> InactivityMonitor:
+        require_version(data, cls.KIND, cls.VERSION)
+        m = cls(**data["params"])
+        m._ring = BucketRing.restore(data["ring"])
+        m._ever_drafted = bool(data["ever_drafted"])
+        m._first_ts = data["first_ts"]
+        m._last_drafted_ts = data["last_drafted_ts"]
+        m._firing = bool(data["firing"])
+        m._changed = bool(data["changed"])
+        return m

@@ -1,0 +1,89 @@
+"""The non-CUSUM rules in one place: their severities, their detectors, restoring any of them.
+
+Every detector here exposes a *condition*: ``firing``, ``changed`` (True only right after the
+update on which ``firing`` flipped) and ``evidence()`` (an alert's ``details``), plus ``rule``
+and ``severity``. :class:`~monitor.detect.metadata.MetadataRules` holds one condition per
+(rule, model pair) and reports its changes as ``flips``. The engine turns flips into alert
+records; the detectors know nothing of alerts, sinks or clocks.
+
+>>> SEVERITY["speculation_inactive"], RULES["below_breakeven"].__name__
+('critical', 'BreakevenMonitor')
+>>> m = restore(StalenessMonitor(silence=60).snapshot())
+>>> type(m).__name__, m.silence
+('StalenessMonitor', 60.0)
+>>> restore({"kind": "nope", "version": 1})
+Traceback (most recent call last):
+...
+monitor.detect.exceptions.StateVersionError: unknown detector state kind 'nope'
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from monitor.detect.activity import ContentionMonitor, InactivityMonitor, StalenessMonitor
+from monitor.detect.breakeven import BreakevenMonitor
+from monitor.detect.exceptions import StateVersionError
+from monitor.detect.metadata import MetadataRules
+from monitor.detect.positions import PositionCurve
+from monitor.detect.throughput import ThroughputMonitor
+
+__all__ = ["KINDS", "RULES", "SEVERITY", "Condition", "restore"]
+
+SEVERITY: dict[str, str] = {
+    "below_breakeven": "warning",
+    "throughput_drop": "warning",
+    "revision_mismatch": "warning",
+    "tokenizer_mismatch": "critical",
+    "memory_contention": "warning",
+    "telemetry_stale": "warning",
+    "speculation_inactive": "critical",
+}
+
+RULES: dict[str, type] = {
+    "below_breakeven": BreakevenMonitor,
+    "throughput_drop": ThroughputMonitor,
+    "revision_mismatch": MetadataRules,
+    "tokenizer_mismatch": MetadataRules,
+    "memory_contention": ContentionMonitor,
+    "telemetry_stale": StalenessMonitor,
+    "speculation_inactive": InactivityMonitor,
+}
+"""Rule name -> the detector class that evaluates it."""
+
+KINDS: dict[str, Any] = {
+    cls.KIND: cls
+    for cls in (
+        BreakevenMonitor,
+        PositionCurve,
+        ThroughputMonitor,
+        MetadataRules,
+        ContentionMonitor,
+        StalenessMonitor,
+        InactivityMonitor,
+    )
+}
+"""Snapshot ``kind`` -> detector class."""
+
+
+class Condition(Protocol):
+    """What the engine reads from a single-condition detector after each update."""
+
+    rule: str
+    severity: str
+
+    @property
+    def firing(self) -> bool: ...
+
+    @property
+    def changed(self) -> bool: ...
+
+    def evidence(self) -> dict[str, Any]: ...
+
+
+def restore(data: dict[str, Any]) -> Any:
+    """Restore any of this module's detectors from its snapshot, by ``kind``."""
+    cls = KINDS.get(data.get("kind"))  # type: ignore[arg-type]
+    if cls is None:
+        raise StateVersionError(f"unknown detector state kind {data.get('kind')!r}")
+    return cls.restore(data)

@@ -1,0 +1,432 @@
+"""Bounded event-time windows shared by the detectors.
+
+Three building blocks, each with a JSON snapshot that restores bit for bit:
+
+- :class:`BucketRing` sums fixed-width vectors of numbers per ``bucket`` seconds of event
+  time and keeps the running total of the last ``window`` seconds;
+- :class:`SlidingHistogram` does the same for a log-bucket histogram (quantiles of the window);
+- :class:`ThinnedSample` keeps a bounded, evenly spaced sample of a stream, deterministically.
+
+Running totals are updated by adding new buckets and subtracting expired ones instead of being
+re-summed on each read: that makes every update O(width). Float totals may then differ from a
+re-summation in the last bits, which is harmless because the snapshot stores the running totals
+themselves, so a restored window continues with exactly the same numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+__all__ = ["BucketRing", "SlidingHistogram", "ThinnedSample", "bucket_count"]
+
+# Values <= 0 share one bin below every positive bin (an int, so bins stay JSON-able and sortable).
+_ZERO_KEY = -(2**31)
+
+
+def bucket_count(window: float, bucket: float) -> int:
+    """How many buckets of ``bucket`` seconds make a window of ``window`` seconds.
+
+    >>> bucket_count(600, 60), bucket_count(90, 60), bucket_count(30, 60)
+    (10, 2, 1)
+    """
+    if not (window > 0 and bucket > 0 and math.isfinite(window) and math.isfinite(bucket)):
+        raise ValueError("window and bucket must be finite and > 0")
+    # the epsilon keeps 600 / 60 at 10 when floating point makes it 10.000000000000002
+    return max(1, math.ceil(window / bucket - 1e-9))
+
+
+class BucketRing:
+    """Sums of per-event vectors over the most recent ``window`` seconds of event time.
+
+    Events land in the bucket ``floor(ts / bucket)``; the window is the ``size`` most recent
+    buckets up to the newest one seen (``head``), so it spans between ``window - bucket`` and
+    ``window`` seconds. An event older than the window is not counted (``dropped`` rises);
+    a late event still inside the window is added to its own bucket.
+
+    Parameters
+    ----------
+    window : float
+        Window length in seconds.
+    bucket : float
+        Bucket width in seconds.
+    width : int
+        Number of summed fields per event.
+
+    Notes
+    -----
+    :meth:`add` takes a vector. Detectors on the per-event hot path call :meth:`slot` instead
+    and add each field to the returned bucket and to :attr:`sums` themselves, without
+    building a tuple per event. ``slot`` is cheap when ``ts`` falls in the newest bucket (the
+    common case: events arrive roughly in time order): one division and two comparisons. Only
+    a new bucket or a late event take the slow path, which moves the window and forgets what
+    fell out. Both ways add the same numbers in the same order, so totals and snapshots are
+    the same whichever is used.
+
+    Examples
+    --------
+    >>> ring = BucketRing(window=120, bucket=60, width=2)
+    >>> ring.add(0.0, (1, 10)), ring.add(61.0, (1, 20)), ring.totals
+    (True, True, (2, 30))
+    >>> ring.add(125.0, (1, 5)), ring.totals     # the bucket of ts=0 fell out
+    (True, (2, 25))
+    >>> ring.add(10.0, (1, 1)), ring.dropped     # too late for the window
+    (False, 1)
+    >>> b = ring.slot(130.0)                     # the hot path: the caller adds the fields
+    >>> b[0] += 1; ring.sums[0] += 1; b[1] += 2; ring.sums[1] += 2
+    >>> ring.totals
+    (3, 27)
+    """
+
+    __slots__ = (
+        "window",
+        "bucket",
+        "width",
+        "size",
+        "head",
+        "dropped",
+        "sums",
+        "_buckets",
+        "_lo",
+        "_hi",
+        "_cur",
+    )
+
+    def __init__(self, window: float, bucket: float, width: int) -> None:
+        if width < 1:
+            raise ValueError("width must be >= 1")
+        self.window = float(window)
+        self.bucket = float(bucket)
+        self.width = int(width)
+        self.size = bucket_count(window, bucket)
+        self.head: int | None = None
+        self.dropped = 0
+        # running field sums over the window: a live list that slot()'s callers add to
+        self.sums: list[float] = [0] * self.width
+        self._buckets: dict[int, list[float]] = {}
+        self._set_head(None)
+
+    def _set_head(self, head: int | None) -> None:
+        self.head = head
+        # ts / bucket in [_lo, _hi) is exactly floor(ts / bucket) == head (integers are exact
+        # floats); NaN bounds send everything to the slow path until there is a head
+        self._lo = math.nan if head is None else float(head)
+        self._hi = math.nan if head is None else float(head + 1)
+        # the newest bucket's sums, None until an event lands in it
+        self._cur: list[float] | None = None if head is None else self._buckets.get(head)
+
+    def index(self, ts: float) -> int:
+        """The bucket number of event time ``ts``."""
+        return math.floor(ts / self.bucket)
+
+    def advance(self, ts: float) -> None:
+        """Move the window's end up to ``ts`` (never back), forgetting what falls out."""
+        i = math.floor(ts / self.bucket)
+        if self.head is not None and i <= self.head:
+            return
+        self._set_head(i)
+        oldest = i - self.size + 1
+        totals = self.sums
+        # sorted: the subtraction order must not depend on dict order for float totals
+        for key in sorted(k for k in self._buckets if k < oldest):
+            for j, v in enumerate(self._buckets.pop(key)):
+                totals[j] -= v
+
+    def slot(self, ts: float) -> list[float] | None:
+        """The sums of the bucket ``ts`` counts in; None (``dropped`` rises) if it is too old.
+
+        The caller adds each field of the event to the returned list and to :attr:`sums`.
+        """
+        q = ts / self.bucket
+        if self._lo <= q < self._hi:
+            b = self._cur
+            if b is not None:
+                return b
+        # a new bucket, a late event, or the first event of the newest bucket
+        self.advance(ts)
+        i = math.floor(q)
+        assert self.head is not None
+        if i <= self.head - self.size:
+            self.dropped += 1
+            return None
+        b = self._buckets.get(i)
+        if b is None:
+            b = self._buckets[i] = [0] * self.width
+        if i == self.head:
+            self._cur = b
+        return b
+
+    def add(self, ts: float, values: tuple[float, ...] | list[float]) -> bool:
+        """Count one event's ``values`` at ``ts``; False (and not counted) if it is too old."""
+        if len(values) != self.width:
+            raise ValueError(f"expected {self.width} values, got {len(values)}")
+        b = self.slot(ts)
+        if b is None:
+            return False
+        totals = self.sums
+        for j, v in enumerate(values):
+            b[j] += v
+            totals[j] += v
+        return True
+
+    @property
+    def totals(self) -> tuple[float, ...]:
+        """Field sums over the window."""
+        return tuple(self.sums)
+
+    @property
+    def oldest(self) -> int | None:
+        """The oldest bucket number inside the window (None before the first event)."""
+        return None if self.head is None else self.head - self.size + 1
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "window": self.window,
+            "bucket": self.bucket,
+            "width": self.width,
+            "head": self.head,
+            "dropped": self.dropped,
+            "totals": list(self.sums),
+            # a list of pairs: JSON object keys would turn the bucket numbers into strings
+            "buckets": [[k, list(v)] for k, v in self._buckets.items()],
+        }
+
+    @classmethod
+    def restore(cls, data: dict[str, Any]) -> BucketRing:
+        ring = cls(data["window"], data["bucket"], data["width"])
+        ring.dropped = int(data["dropped"])
+        ring.sums = list(data["totals"])
+        ring._buckets = {int(k): list(v) for k, v in data["buckets"]}
+        ring._set_head(data["head"])
+        return ring
+
+
+class SlidingHistogram:
+    """Quantiles of the values seen in the most recent ``window`` seconds of event time.
+
+    Values are counted in logarithmic bins of relative width ``relative_accuracy`` (the bins of
+    :class:`monitor.aggregate.sketch.LogHistogram`), per ``bucket`` seconds; the window's counts
+    are kept as integers, so adding and expiring buckets is exact. A quantile read back is
+    within ``relative_accuracy`` of a value of the window.
+
+    Notes
+    -----
+    :meth:`count_below` answers "is the window's quantile at least this bin?" without the sort
+    that :meth:`quantile` needs: a bin asked for once is tracked from then on (its count moves
+    with every add and expiry) until :meth:`untrack`. Tracking is derived state, rebuilt from
+    the bins when asked for again, so it is not in the snapshot.
+
+    Examples
+    --------
+    >>> h = SlidingHistogram(window=120, bucket=60)
+    >>> for i, v in enumerate([10.0, 20.0, 30.0]):
+    ...     _ = h.add(float(i), v)
+    >>> h.count, round(h.quantile(0.5)), h.count_below(h.key(25.0))
+    (3, 20, 2)
+    >>> h.add(200.0, 100.0)    # the first bucket fell out of the window
+    True
+    >>> h.count, round(h.quantile(0.5)), h.count_below(h.key(25.0))
+    (1, 100, 0)
+    """
+
+    __slots__ = (
+        "window",
+        "bucket",
+        "relative_accuracy",
+        "size",
+        "head",
+        "count",
+        "_gamma",
+        "_inv_log_gamma",
+        "_buckets",
+        "_bins",
+        "_below",
+        "_lo",
+        "_hi",
+        "_cur",
+    )
+
+    def __init__(self, window: float, bucket: float, relative_accuracy: float = 0.01) -> None:
+        if not 0.0 < relative_accuracy < 1.0:
+            raise ValueError("relative_accuracy must be in (0, 1)")
+        self.window = float(window)
+        self.bucket = float(bucket)
+        self.relative_accuracy = float(relative_accuracy)
+        self.size = bucket_count(window, bucket)
+        self.count = 0
+        self._gamma = (1.0 + relative_accuracy) / (1.0 - relative_accuracy)
+        self._inv_log_gamma = 1.0 / math.log(self._gamma)
+        # bucket number -> {bin key: count}; values <= 0 share the key _ZERO_KEY
+        self._buckets: dict[int, dict[int, int]] = {}
+        self._bins: dict[int, int] = {}
+        # tracked bin key -> values of the window in lower bins (see count_below)
+        self._below: dict[int, int] = {}
+        self._set_head(None)
+
+    def _set_head(self, head: int | None) -> None:
+        # the fast path of add(), as in BucketRing.slot
+        self.head = head
+        self._lo = math.nan if head is None else float(head)
+        self._hi = math.nan if head is None else float(head + 1)
+        self._cur: dict[int, int] | None = None if head is None else self._buckets.get(head)
+
+    def key(self, value: float) -> int:
+        """The bin of ``value``."""
+        if value <= 0.0:
+            return _ZERO_KEY
+        return math.ceil(math.log(value) * self._inv_log_gamma)
+
+    def value(self, key: int) -> float:
+        """The value a quantile in bin ``key`` reads back as (increasing in ``key``)."""
+        if key == _ZERO_KEY:
+            return 0.0
+        return 2.0 * self._gamma**key / (self._gamma + 1.0)
+
+    def advance(self, ts: float) -> None:
+        """Move the window's end up to ``ts`` (never back), forgetting what falls out."""
+        i = math.floor(ts / self.bucket)
+        if self.head is not None and i <= self.head:
+            return
+        self._set_head(i)
+        oldest = i - self.size + 1
+        bins, below = self._bins, self._below
+        for key in sorted(k for k in self._buckets if k < oldest):
+            for b, n in self._buckets.pop(key).items():
+                left = bins[b] - n
+                if left:
+                    bins[b] = left
+                else:
+                    del bins[b]
+                self.count -= n
+                for t in below:
+                    if b < t:
+                        below[t] -= n
+
+    def add(self, ts: float, value: float) -> bool:
+        """Count ``value`` at event time ``ts``; False (not counted) if it is too old."""
+        q = ts / self.bucket
+        b = self._cur
+        if b is None or not self._lo <= q < self._hi:
+            # a new bucket, a late event, or the first event of the newest bucket
+            self.advance(ts)
+            i = math.floor(q)
+            assert self.head is not None
+            if i <= self.head - self.size:
+                return False
+            b = self._buckets.get(i)
+            if b is None:
+                b = self._buckets[i] = {}
+            if i == self.head:
+                self._cur = b
+        key = _ZERO_KEY if value <= 0.0 else math.ceil(math.log(value) * self._inv_log_gamma)
+        b[key] = b.get(key, 0) + 1
+        bins = self._bins
+        bins[key] = bins.get(key, 0) + 1
+        self.count += 1
+        if self._below:
+            below = self._below
+            for t in below:
+                if key < t:
+                    below[t] += 1
+        return True
+
+    def count_below(self, key: int) -> int:
+        """Values in the window whose bin is lower than ``key``; ``key`` is tracked from now on.
+
+        The window's ``q``-quantile is at least ``value(key)`` exactly when this count is at
+        most ``q * (count - 1)`` (the rank :meth:`quantile` looks for).
+        """
+        n = self._below.get(key)
+        if n is None:
+            n = self._below[key] = sum(c for b, c in self._bins.items() if b < key)
+        return n
+
+    def untrack(self) -> None:
+        """Stop keeping the counts of :meth:`count_below` (adds are cheaper without)."""
+        self._below.clear()
+
+    def quantile(self, q: float) -> float | None:
+        """The window's value at quantile ``q`` (LogHistogram's convention), None if empty."""
+        if not 0.0 <= q <= 1.0:
+            raise ValueError("q must be in [0, 1]")
+        if self.count == 0:
+            return None
+        rank = q * (self.count - 1)
+        seen = 0
+        for key in sorted(self._bins):
+            seen += self._bins[key]
+            if seen > rank:
+                break
+        return self.value(key)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "window": self.window,
+            "bucket": self.bucket,
+            "relative_accuracy": self.relative_accuracy,
+            "head": self.head,
+            "count": self.count,
+            "buckets": [[k, [[b, n] for b, n in v.items()]] for k, v in self._buckets.items()],
+            "bins": [[b, n] for b, n in self._bins.items()],
+        }
+
+    @classmethod
+    def restore(cls, data: dict[str, Any]) -> SlidingHistogram:
+        h = cls(data["window"], data["bucket"], data["relative_accuracy"])
+        h.count = int(data["count"])
+        h._buckets = {int(k): {int(b): int(n) for b, n in v} for k, v in data["buckets"]}
+        h._bins = {int(b): int(n) for b, n in data["bins"]}
+        h._set_head(data["head"])
+        return h
+
+
+class ThinnedSample:
+    """A bounded sample of a stream, evenly spaced in arrival order, with no randomness.
+
+    Every ``stride``-th item is kept; when ``capacity`` is exceeded, every other kept item is
+    dropped and the stride doubles. The sample therefore always holds the items whose arrival
+    number is a multiple of the current stride: it covers the whole stream evenly (unlike a
+    "first n" sample) and is the same on every run (unlike a random reservoir).
+
+    Examples
+    --------
+    >>> s = ThinnedSample(capacity=4)
+    >>> for i in range(10):
+    ...     s.add(i)
+    >>> s.items, s.stride, s.seen
+    ([0, 4, 8], 4, 10)
+    """
+
+    __slots__ = ("capacity", "items", "stride", "seen")
+
+    def __init__(self, capacity: int = 2048) -> None:
+        if capacity < 2:
+            raise ValueError("capacity must be >= 2")
+        self.capacity = int(capacity)
+        self.items: list[Any] = []
+        self.stride = 1
+        self.seen = 0
+
+    def add(self, item: Any) -> None:
+        if self.seen % self.stride == 0:
+            self.items.append(item)
+            if len(self.items) > self.capacity:
+                self.items = self.items[::2]
+                self.stride *= 2
+        self.seen += 1
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "capacity": self.capacity,
+            "items": [list(i) if isinstance(i, tuple) else i for i in self.items],
+            "stride": self.stride,
+            "seen": self.seen,
+        }
+
+    @classmethod
+    def restore(cls, data: dict[str, Any]) -> ThinnedSample:
+        s = cls(data["capacity"])
+        s.items = [tuple(i) if isinstance(i, list) else i for i in data["items"]]
+        s.stride = int(data["stride"])
+        s.seen = int(data["seen"])
+        return s

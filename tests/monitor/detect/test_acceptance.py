@@ -1,0 +1,254 @@
+"""The acceptance detector on seeded, overdispersed request streams.
+
+Streams have the simulator's structure (monitor/simulate/model.py): per-request chain
+acceptance alpha ~ Beta, lognormal output lengths, verify steps S = length / tau, and
+per-position survivors Binomial(n_{i-1}, alpha) (prefix acceptance), so tokens of a request
+are strongly correlated and requests differ.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+
+from monitor.detect.acceptance import (
+    AcceptanceDetector,
+    OverdispersedCusum,
+    make_detector,
+    restore_detector,
+)
+from monitor.detect.exceptions import StateVersionError
+from monitor.simulate.acceptance import calibrated_mean, engine_rate
+
+
+def chain_stream(
+    n: int,
+    rate: float,
+    *,
+    seed: int,
+    k: int = 4,
+    concentration: float = 30.0,
+    change_at: int | None = None,
+    factor: float = 1.0,
+    back_at: int | None = None,
+    per_second: float = 1.0,
+    length_median: float = 250.0,
+) -> tuple[list[int], list[int], list[float]]:
+    """(accepted, drafted, ts) of n requests at engine rate ``rate``.
+
+    From request ``change_at`` on the rate is ``rate * factor``; from ``back_at`` on it is
+    ``rate`` again. Requests arrive ``per_second`` a second on average (Poisson).
+    """
+    rng = np.random.default_rng(seed)
+    level = np.full(n, rate)
+    if change_at is not None:
+        level[change_at:back_at] = rate * factor
+    means = {r: calibrated_mean(float(r), k, concentration) for r in np.unique(level)}
+    mean = np.array([means[r] for r in level])
+    alpha = rng.beta(mean * concentration, (1.0 - mean) * concentration)
+    length = np.maximum(1, np.rint(length_median * rng.lognormal(0.0, 0.7, n)))
+    tau = 1.0 + k * engine_rate(alpha, k)
+    steps = np.maximum(1, np.rint(length / tau)).astype(np.int64)
+    accepted = np.zeros(n, dtype=np.int64)
+    alive = steps
+    for _ in range(k):
+        alive = rng.binomial(alive, alpha)
+        accepted += alive
+    ts = np.cumsum(rng.exponential(1.0 / per_second, n))
+    return accepted.tolist(), (k * steps).tolist(), ts.tolist()
+
+
+def feed(det: AcceptanceDetector, stream: tuple[list[int], list[int], list[float]],
+         start: int = 0, stop: int | None = None) -> list[tuple[int, str]]:
+    """Feed a slice; return (index, "drop"/"rise"/"recovered") of the events."""
+    a, d, t = stream
+    events = []
+    for i in range(start, len(a) if stop is None else stop):
+        det.update(a[i], d[i], t[i])
+        if det.drift_detected:
+            events.append((i, str(det.direction)))
+        if det.recovered:
+            events.append((i, "recovered"))
+    return events
+
+
+@pytest.mark.parametrize(("factor", "within"), [(0.9, 400), (0.8, 120)])
+def test_detects_drops_quickly(factor: float, within: int) -> None:
+    stream = chain_stream(30_000, 0.65, seed=1, change_at=25_000, factor=factor)
+    det = OverdispersedCusum()
+    events = feed(det, stream)
+    assert events and events[0][1] == "drop"
+    assert 25_000 <= events[0][0] < 25_000 + within
+    ev = det.evidence()
+    # the change-point estimate lands near the true change, the level near the new one
+    assert abs(ev["change_index"] - 25_001) < within
+    assert ev["current"] / ev["baseline"] == pytest.approx(factor, abs=0.05)
+    assert ev["drafted_tokens"] > 0 and ev["requests_since_change"] > 0
+
+
+def test_bigger_drops_are_detected_faster() -> None:
+    delays = []
+    for factor in (0.9, 0.8, 0.6):
+        stream = chain_stream(30_000, 0.65, seed=2, change_at=25_000, factor=factor)
+        events = feed(OverdispersedCusum(), stream)
+        delays.append(events[0][0] - 25_000)
+    assert delays == sorted(delays, reverse=True) and delays[-1] < 10
+
+
+def test_detects_a_rise() -> None:
+    stream = chain_stream(30_000, 0.6, seed=3, change_at=25_000, factor=1.15)
+    events = feed(OverdispersedCusum(), stream)
+    assert events[0][1] == "rise" and 25_000 <= events[0][0] < 25_400
+    one_sided = feed(OverdispersedCusum(two_sided=False), stream)
+    assert not one_sided
+
+
+@pytest.mark.parametrize(("rate", "k", "concentration"), [(0.65, 4, 30.0), (0.35, 3, 20.0)])
+def test_silent_on_long_stable_overdispersed_streams(
+    rate: float, k: int, concentration: float
+) -> None:
+    stream = chain_stream(200_000, rate, k=k, concentration=concentration, seed=4)
+    det = OverdispersedCusum()
+    assert feed(det, stream) == []
+    assert det.phase == "watch" and det.baseline == pytest.approx(rate, rel=0.02)
+
+
+def test_token_level_cusum_false_alarms_on_the_same_stream() -> None:
+    """The coin-flip model trusts every token: on overdispersed traffic it fires constantly."""
+    stream = chain_stream(40_000, 0.35, k=3, concentration=20.0, seed=4)
+    assert feed(OverdispersedCusum(), stream) == []
+    token_level = feed(OverdispersedCusum(overdispersion=False), stream)
+    assert sum(1 for _, e in token_level if e != "recovered") >= 20
+
+
+def test_false_alarm_rate_is_calibrated_at_a_short_arl() -> None:
+    """At a target of one false alarm per 5,000 requests the detector stays at or below it."""
+    stream = chain_stream(150_000, 0.65, seed=5)
+    det = OverdispersedCusum(arl_requests=5_000)
+    watched = alarms = 0
+    a, d, _ = stream
+    for i in range(len(a)):
+        watched += det.phase == "watch"
+        det.update(a[i], d[i])
+        alarms += det.drift_detected
+    assert watched / 5_000 >= alarms >= 1  # some alarms (it is not dead), but not too many
+
+
+def test_recovery_resolves_after_the_level_returns() -> None:
+    stream = chain_stream(40_000, 0.6, seed=6, change_at=25_000, factor=0.8, back_at=27_000)
+    det = OverdispersedCusum()
+    events = feed(det, stream)
+    kinds = [e for _, e in events]
+    assert kinds[:2] == ["drop", "recovered"]
+    fired, back = events[0][0], events[1][0]
+    assert fired < 25_200 and 27_000 < back < 30_000
+    assert det.direction is None and det.phase == "watch"
+
+
+def test_changed_state_holds_until_recovery_or_reset() -> None:
+    stream = chain_stream(32_000, 0.6, seed=7, change_at=25_000, factor=0.8)
+    det = OverdispersedCusum()
+    events = feed(det, stream)
+    assert [e for _, e in events] == ["drop"]
+    assert det.direction == "drop" and det.current < det.baseline
+    det.reset_baseline()
+    assert det.phase == "warmup" and det.direction is None and det.baseline is None
+    assert feed(det, stream, 25_000) == []  # a fresh warm-up on the new level: no alarm
+    assert det.baseline == pytest.approx(0.48, rel=0.03)
+
+
+def test_ignores_requests_that_drafted_nothing() -> None:
+    stream = chain_stream(3_000, 0.6, seed=8)
+    det = OverdispersedCusum()
+    feed(det, stream)
+    before = json.dumps(det.snapshot())
+    det.update(0, 0, 1e9)
+    assert json.dumps(det.snapshot()) == before
+    with pytest.raises(ValueError):
+        det.update(5, 3, 1.0)
+    with pytest.raises(ValueError):
+        OverdispersedCusum().update(1, 3)  # no ts and no arl_requests: no rate
+
+
+def test_thresholds_follow_the_false_alarm_target() -> None:
+    stream = chain_stream(5_000, 0.6, seed=9)
+    loose, strict = OverdispersedCusum(arl_requests=1e4), OverdispersedCusum(arl_requests=1e8)
+    feed(loose, stream)
+    feed(strict, stream)
+    t_loose, t_strict = loose.evidence()["thresholds"], strict.evidence()["thresholds"]
+    assert set(t_loose) == {f"{s}_{e:g}" for s in ("drop", "rise") for e in loose.effects}
+    assert all(t_strict[k] > t_loose[k] for k in t_loose)
+    # ts gives the rate: 30 days of one request a second
+    det = OverdispersedCusum()
+    feed(det, stream)
+    assert det.evidence()["arl_requests"] == pytest.approx(30 * 86400, rel=0.05)
+
+
+def _outputs(det: AcceptanceDetector) -> tuple[Any, ...]:
+    return (det.drift_detected, det.recovered, det.direction, det.baseline, det.current,
+            det.statistic, det.threshold)
+
+
+@pytest.mark.parametrize(
+    ("kind", "params"),
+    [
+        ("cusum", {}),
+        ("adwin", {"max_replay": 1_000}),
+        ("page_hinkley", {"threshold": 3.0, "max_replay": 1_000}),
+    ],
+)
+@pytest.mark.parametrize("cut", [1_000, 24_000, 25_100])  # warm-up, watch, changed
+def test_snapshot_restore_mid_stream_gives_identical_outputs(
+    kind: str, params: dict[str, Any], cut: int
+) -> None:
+    stream = chain_stream(30_000, 0.6, seed=10, change_at=25_000, factor=0.8, back_at=27_000)
+    whole = make_detector(kind, **params)
+    first = make_detector(kind, **params)
+    feed(whole, stream, 0, cut)
+    feed(first, stream, 0, cut)
+    data = json.loads(json.dumps(first.snapshot()))
+    assert data["kind"] and data["version"] == 1
+    second = restore_detector(data)
+    assert type(second) is type(whole)
+    a, d, t = stream
+    for i in range(cut, len(a)):
+        whole.update(a[i], d[i], t[i])
+        second.update(a[i], d[i], t[i])
+        assert _outputs(second) == _outputs(whole), i
+    assert json.dumps(second.snapshot()) == json.dumps(whole.snapshot())
+
+
+@pytest.mark.parametrize("kind", ["cusum", "adwin", "page_hinkley"])
+def test_bad_snapshot_versions_raise(kind: str) -> None:
+    det = make_detector(kind)
+    data = det.snapshot()
+    with pytest.raises(StateVersionError, match="version 2"):
+        type(det).restore({**data, "version": 2})
+    with pytest.raises(StateVersionError):
+        type(det).restore({**data, "kind": "something_else"})
+    with pytest.raises(StateVersionError):
+        restore_detector({**data, "kind": "unknown"})
+
+
+def test_outputs_depend_only_on_the_inputs() -> None:
+    stream = chain_stream(28_000, 0.6, seed=11, change_at=25_000, factor=0.85)
+    runs = []
+    for _ in range(2):
+        det = OverdispersedCusum()
+        runs.append((feed(det, stream), json.dumps(det.snapshot())))
+    assert runs[0] == runs[1] and runs[0][0]
+
+
+def test_make_detector_and_protocol() -> None:
+    for kind in ("cusum", "adwin", "page_hinkley"):
+        assert isinstance(make_detector(kind), AcceptanceDetector)
+    with pytest.raises(ValueError, match="unknown detector kind"):
+        make_detector("kswin")
+    with pytest.raises(ValueError):
+        OverdispersedCusum(min_effect=0.0)
+    det = OverdispersedCusum(min_effect=0.1)
+    assert det.effects == (0.1, 0.2, 0.4, 0.8)
+    assert det.threshold is None and det.statistic == 0.0 and det.evidence()["phase"] == "warmup"
