@@ -329,6 +329,11 @@ class Pipeline:
             self.metrics.fenced.inc()
             self.drop_all()
             return False
+        except BaseException:
+            # The snapshot and alerts were handed over and are gone with the transaction:
+            # only a reload from the store (and a re-read from the stored offsets) is exact.
+            self.drop_all()
+            raise
         self.metrics.checkpoint_duration.observe(time.perf_counter() - started)
         self.metrics.checkpoints.inc()
         for t in dirty.values():

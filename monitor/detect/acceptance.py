@@ -250,6 +250,10 @@ class OverdispersedCusum:
         self._rec_cb = 0.0
         self._rec_h = 0.0
         self._rec_s = 0.0
+        self._rec_ex = [0.0, 0.0, 0.0]  # n, a, d since the recovery test left 0
+        # after a recovery, the recovery test's evidence stands for `current` until a chunk
+        # of new requests is complete
+        self._back: list[float] | None = None
 
     def reset_baseline(self) -> None:
         """Forget the baseline and start a fresh warm-up (new segment, or change accepted)."""
@@ -299,6 +303,8 @@ class OverdispersedCusum:
         a, d = self._newer[_A], self._newer[_D]
         if self._older is not None:
             a, d = a + self._older[_A], d + self._older[_D]
+        elif self._back is not None:
+            a, d = a + self._back[1], d + self._back[2]
         return a / d if d > 0 else None
 
     @property
@@ -528,6 +534,7 @@ class OverdispersedCusum:
             self._ref.merge(self._older_hist)
         self._older, self._older_hist = self._newer, self._newer_hist
         self._newer, self._newer_hist = [0.0] * _SUMS, RequestHistogram(self._rho)
+        self._back = None
         rate = self._rate()
         grown = self._base[_N] >= _RECALIBRATE * self._cal_n
         moved = (
@@ -582,7 +589,7 @@ class OverdispersedCusum:
         # A false recovery only re-opens the episode later, so one test's ARL is enough.
         self._rec_h, _ = self._threshold(n, wa, wd, pc, self._rec_ca, self._rec_cb, 0.0,
                                          self._arl)
-        self._rec_s = 0.0
+        self._rec_s, self._rec_ex, self._back = 0.0, [0.0, 0.0, 0.0], None
 
     def _changed(self, a: int, d: int) -> None:
         since = self._since
@@ -593,13 +600,21 @@ class OverdispersedCusum:
         x = w * (a * self._rec_ca + (d - a) * self._rec_cb)
         # clipped like the bank (its threshold assumes it)
         s = self._rec_s + min(x, self._rec_h / self.min_requests)
-        self._rec_s = s if s > 0.0 else 0.0
-        if self._rec_s >= self._rec_h:
+        if s <= 0.0:
+            self._rec_s, self._rec_ex = 0.0, [0.0, 0.0, 0.0]
+            return
+        self._rec_s = s
+        ex = self._rec_ex
+        ex[0] += 1.0
+        ex[1] += a
+        ex[2] += d
+        if s >= self._rec_h:
             self._recovered = True
             self._direction = None
             self._phase = "watch"
-            self._rec_s = 0.0
             self._drop_chunks()
+            self._back = ex
+            self._rec_s, self._rec_ex = 0.0, [0.0, 0.0, 0.0]
 
     # -- reporting ---------------------------------------------------------------------------
 
@@ -655,7 +670,8 @@ class OverdispersedCusum:
         "_phase", "_direction", "_drift", "_recovered", "_n", "_ts_first", "_ts_last",
         "_warm_a", "_warm_d", "_warm_tokens", "_rho", "_base", "_p0", "_cal_n", "_cal_rate",
         "_arl", "_side", "_delta", "_p1", "_ca", "_cb", "_h", "_theta", "_s", "_ex", "_older",
-        "_newer", "_alarm", "_since", "_rec_ca", "_rec_cb", "_rec_h", "_rec_s",
+        "_newer", "_alarm", "_since", "_rec_ca", "_rec_cb", "_rec_h", "_rec_s", "_rec_ex",
+        "_back",
     )
     _HISTS = ("_ref", "_older_hist", "_newer_hist")
 

@@ -85,20 +85,27 @@ class ContentionMonitor:
         self.bucket = float(bucket)
         self._ring = BucketRing(window, bucket, 2)
         self._firing = False
-        self._changed = False
+        # True only right after the update on which ``firing`` flipped. An attribute, not a
+        # property like ``firing``: the engine reads it after every event.
+        self.changed = False
 
     def update(self, event: Event) -> None:
         """Count one request (requests without a draft model only move the window)."""
         if event.draft_model is None:
-            self._changed = False
-            self._ring.advance(event.ts)
-            self._decide()
+            self.changed = False
+            ring = self._ring
+            head = ring.head
+            ring.advance(event.ts)
+            if ring.head != head:
+                # only what left the window can change the decision: the last one stands
+                # until then, since it is a function of the window's sums alone
+                self._decide()
             return
         self.observe(event.draft_evicted, event.ts)
 
     def observe(self, evicted: bool, ts: float) -> None:
         """Count one draft-model request at ``ts``, evicted or not."""
-        self._changed = False
+        self.changed = False
         ring = self._ring
         b = ring.slot(ts)
         if b is not None:
@@ -118,18 +125,14 @@ class ContentionMonitor:
         evicted = t[1]
         if not self._firing:
             if evicted >= self.min_evicted and evicted / n > self.threshold:
-                self._firing = self._changed = True
+                self._firing = self.changed = True
         elif evicted / n < self.threshold - self.hysteresis or evicted == 0:
             self._firing = False
-            self._changed = True
+            self.changed = True
 
     @property
     def firing(self) -> bool:
         return self._firing
-
-    @property
-    def changed(self) -> bool:
-        return self._changed
 
     @property
     def share(self) -> float | None:
@@ -162,7 +165,7 @@ class ContentionMonitor:
             },
             "ring": self._ring.snapshot(),
             "firing": self._firing,
-            "changed": self._changed,
+            "changed": self.changed,
         }
 
     @classmethod
@@ -171,7 +174,7 @@ class ContentionMonitor:
         m = cls(**data["params"])
         m._ring = BucketRing.restore(data["ring"])
         m._firing = bool(data["firing"])
-        m._changed = bool(data["changed"])
+        m.changed = bool(data["changed"])
         return m
 
 
@@ -217,12 +220,14 @@ class StalenessMonitor:
         self._last_ts: float | None = None
         self._now: float | None = None
         self._firing = False
-        self._changed = False
+        # True only right after the update on which ``firing`` flipped. An attribute, not a
+        # property like ``firing``: the engine reads it after every event.
+        self.changed = False
 
     def update(self, event: Event | float) -> None:
         """The route reported an event (an :class:`Event` or its event time)."""
         ts = event.ts if isinstance(event, Event) else float(event)
-        self._changed = False
+        self.changed = False
         # _decide inlined: this runs on every event of the route
         last = self._last_ts
         if last is None or ts > last:
@@ -233,11 +238,11 @@ class StalenessMonitor:
         stale = now - last > self.silence
         if stale != self._firing:
             self._firing = stale
-            self._changed = True
+            self.changed = True
 
     def tick(self, now: float) -> None:
         """Evaluate at time ``now`` (event time in replay, wall clock when live)."""
-        self._changed = False
+        self.changed = False
         self._now = now if self._now is None else max(self._now, now)
         self._decide()
 
@@ -247,15 +252,11 @@ class StalenessMonitor:
         stale = self._now - self._last_ts > self.silence
         if stale != self._firing:
             self._firing = stale
-            self._changed = True
+            self.changed = True
 
     @property
     def firing(self) -> bool:
         return self._firing
-
-    @property
-    def changed(self) -> bool:
-        return self._changed
 
     @property
     def last_ts(self) -> float | None:
@@ -281,7 +282,7 @@ class StalenessMonitor:
             "last_ts": self._last_ts,
             "now": self._now,
             "firing": self._firing,
-            "changed": self._changed,
+            "changed": self.changed,
         }
 
     @classmethod
@@ -291,7 +292,7 @@ class StalenessMonitor:
         m._last_ts = data["last_ts"]
         m._now = data["now"]
         m._firing = bool(data["firing"])
-        m._changed = bool(data["changed"])
+        m.changed = bool(data["changed"])
         return m
 
 
@@ -370,7 +371,9 @@ class InactivityMonitor:
         self._first_ts: float | None = None
         self._last_drafted_ts: float | None = None
         self._firing = False
-        self._changed = False
+        # True only right after the update on which ``firing`` flipped. An attribute, not a
+        # property like ``firing``: the engine reads it after every event.
+        self.changed = False
 
     def update(self, event: Event) -> None:
         """Count one request."""
@@ -378,58 +381,45 @@ class InactivityMonitor:
 
     def observe(self, drafted: int, has_draft_model: bool, ts: float) -> None:
         """Count one request that drafted ``drafted`` tokens at ``ts``."""
-        self._changed = False
+        self.changed = False
         if self._first_ts is None:
             self._first_ts = ts
-        ring = self._ring
-        b = ring.slot(ts)
         if drafted > 0:
             self._ever_drafted = True
             if self._last_drafted_ts is None or ts > self._last_drafted_ts:
                 self._last_drafted_ts = ts
-            if b is not None:
-                s = ring.sums
-                b[_REQ] += 1
-                s[_REQ] += 1
-                if has_draft_model:
-                    b[_WITH_DRAFT] += 1
-                    s[_WITH_DRAFT] += 1
-        elif b is not None:
-            s = ring.sums
+        ring = self._ring
+        s = ring.sums
+        b = ring.slot(ts)
+        if b is not None:
             b[_REQ] += 1
             s[_REQ] += 1
-            b[_NODRAFT] += 1
-            s[_NODRAFT] += 1
+            if drafted == 0:
+                b[_NODRAFT] += 1
+                s[_NODRAFT] += 1
             if has_draft_model:
                 b[_WITH_DRAFT] += 1
                 s[_WITH_DRAFT] += 1
-        self._decide()
 
-    def _decide(self) -> None:
-        t = self._ring.sums
-        n = t[_REQ]
+        # the decision, on the window's sums
+        n = s[_REQ]
         if n == 0:
             return
-        quiet = t[_NODRAFT] >= self.share * n
+        quiet = s[_NODRAFT] >= self.share * n
         if not self._firing:
             # cheapest tests first: a drafting route is not quiet
-            if quiet and n >= self.min_requests and (self._ever_drafted or t[_WITH_DRAFT] > 0):
-                ring = self._ring
-                assert self._first_ts is not None and ring.head is not None
+            if quiet and n >= self.min_requests and (self._ever_drafted or s[_WITH_DRAFT] > 0):
+                assert ring.head is not None
                 # observed over the whole window: the route reported before the window began
                 if self._first_ts <= (ring.head - ring.size + 1) * self.bucket:
-                    self._firing = self._changed = True
+                    self._firing = self.changed = True
         elif not quiet:
             self._firing = False
-            self._changed = True
+            self.changed = True
 
     @property
     def firing(self) -> bool:
         return self._firing
-
-    @property
-    def changed(self) -> bool:
-        return self._changed
 
     @property
     def no_draft_share(self) -> float | None:
@@ -465,7 +455,7 @@ class InactivityMonitor:
             "first_ts": self._first_ts,
             "last_drafted_ts": self._last_drafted_ts,
             "firing": self._firing,
-            "changed": self._changed,
+            "changed": self.changed,
         }
 
     @classmethod
@@ -477,5 +467,5 @@ class InactivityMonitor:
         m._first_ts = data["first_ts"]
         m._last_drafted_ts = data["last_drafted_ts"]
         m._firing = bool(data["firing"])
-        m._changed = bool(data["changed"])
+        m.changed = bool(data["changed"])
         return m

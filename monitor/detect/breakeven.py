@@ -312,7 +312,9 @@ class BreakevenMonitor:
         self.bucket = float(bucket)
         self._ring = BucketRing(window, bucket, 7)
         self._firing = False
-        self._changed = False
+        # True only right after the update on which ``firing`` flipped. An attribute, not a
+        # property like ``firing``: the engine reads it after every event.
+        self.changed = False
         self._last_ts: float | None = None
 
     # -- feeding ------------------------------------------------------------------------------
@@ -325,11 +327,11 @@ class BreakevenMonitor:
         """Count one request's accepted and drafted tokens at event time ``ts``."""
         if not 0 <= accepted <= drafted:
             raise ValueError("need 0 <= accepted <= drafted")
-        self._changed = False
+        self.changed = False
         ring = self._ring
+        s = ring.sums
         b = ring.slot(ts)
         if b is not None:
-            s = ring.sums
             if drafted == 0:
                 # no acceptance rate at all: counted apart, never as a rate of 0
                 b[_NODRAFT] += 1
@@ -351,34 +353,27 @@ class BreakevenMonitor:
                 s[_AD] += ad
         if self._last_ts is None or ts > self._last_ts:
             self._last_ts = ts
-        self._decide()
 
-    def _decide(self) -> None:
-        t = self._ring.sums
-        drafted = t[_D]
-        if t[_REQ] < self.min_requests or drafted < self.min_tokens:
-            return
-        rate = t[_A] / drafted
+        # the decision, on the window's sums
+        window_drafted = s[_D]
+        if s[_REQ] < self.min_requests or window_drafted < self.min_tokens:
+            return  # not sufficient: the state stays as last decided
+        rate = s[_A] / window_drafted
         if not self._firing:
             # The interval always holds the point estimate, so its upper bound cannot be under
             # the cutoff while the rate is not: the interval, the costly part, is worked out
             # only for a rate under the cutoff. The decision is the same as with it every time.
             if rate < self.cutoff and self.interval[1] < self.cutoff:
-                self._firing = self._changed = True
+                self._firing = self.changed = True
         elif rate > self.cutoff + self.hysteresis:
             self._firing = False
-            self._changed = True
+            self.changed = True
 
     # -- results ------------------------------------------------------------------------------
 
     @property
     def firing(self) -> bool:
         return self._firing
-
-    @property
-    def changed(self) -> bool:
-        """True only right after the update on which ``firing`` flipped."""
-        return self._changed
 
     @property
     def requests(self) -> int:
@@ -475,7 +470,7 @@ class BreakevenMonitor:
             },
             "ring": self._ring.snapshot(),
             "firing": self._firing,
-            "changed": self._changed,
+            "changed": self.changed,
             "last_ts": self._last_ts,
         }
 
@@ -485,6 +480,6 @@ class BreakevenMonitor:
         m = cls(**data["params"])
         m._ring = BucketRing.restore(data["ring"])
         m._firing = bool(data["firing"])
-        m._changed = bool(data["changed"])
+        m.changed = bool(data["changed"])
         m._last_ts = data["last_ts"]
         return m

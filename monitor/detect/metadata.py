@@ -8,6 +8,7 @@ an old and a new pair on one route raises one alert for the bad pair, not one pe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -151,7 +152,7 @@ class MetadataRules:
         self._first_target: dict[str, str] = {}
         # condition key -> condition, in firing order
         self._active: dict[str, MetadataCondition] = {}
-        self._flips: list[Flip] | tuple[()] = _NO_FLIPS
+        self._flips: Sequence[Flip] = _NO_FLIPS
         # The last event's metadata and what it led to (see update): not state, a memo. An
         # event with the same metadata leads to the same steps, since the only state they read,
         # the target revision first seen with the draft, was set by that very event.
@@ -175,14 +176,16 @@ class MetadataRules:
         else:
             steps = self._steps(event)
             self._last = (meta, steps, not any(labels for _, labels, _, _ in steps))
-        self._flips = []
+        flips: list[Flip] = []
+        self._flips = flips
         ts = event.ts
         for rule, labels, key, details in steps:
             if labels is None:
                 if self._active:
-                    self._resolve_absent(event.route, rule, ts)
+                    self._resolve_absent(event.route, rule, ts, flips)
             else:
-                self._fire(rule, labels, key, ts, details)  # type: ignore[arg-type]
+                assert key is not None and details is not None
+                self._fire(rule, labels, key, ts, details, flips)
 
     def _steps(self, event: Event) -> tuple[_Step, ...]:
         """Per rule, in order: fire on the event's pair (labels, key, details) or resolve."""
@@ -223,9 +226,8 @@ class MetadataRules:
                     "previous_target_revision": first}  # fmt: skip
         return None
 
-    def _fire(
-        self, rule: str, labels: dict[str, str], key: str, ts: float, details: dict[str, Any]
-    ) -> None:
+    def _fire(self, rule: str, labels: dict[str, str], key: str, ts: float,
+              details: dict[str, Any], flips: list[Flip]) -> None:  # fmt: skip
         cond = self._active.get(key)
         if cond is not None:
             if ts > cond.last_seen:
@@ -234,20 +236,20 @@ class MetadataRules:
             return
         cond = MetadataCondition(rule, labels, ts, ts, 1, details)
         self._active[key] = cond
-        self._flips.append(Flip(rule, "firing", labels, ts, cond.evidence()))  # type: ignore[union-attr]
+        flips.append(Flip(rule, "firing", labels, ts, cond.evidence()))
         if len(self._active) > self.max_pairs:
             # bounded memory: the condition seen least recently resolves
             oldest = min(self._active, key=lambda k: self._active[k].last_seen)
             gone = self._active.pop(oldest)
             evidence = {**gone.evidence(), "reason_resolved": "evicted"}
-            self._flips.append(Flip(gone.rule, "resolved", gone.labels, ts, evidence))  # type: ignore[union-attr]
+            flips.append(Flip(gone.rule, "resolved", gone.labels, ts, evidence))
 
-    def _resolve_absent(self, route: str, rule: str, ts: float) -> None:
+    def _resolve_absent(self, route: str, rule: str, ts: float, flips: list[Flip]) -> None:
         for key in [k for k, c in self._active.items()
                     if c.rule == rule and c.labels["route"] == route
                     and ts - c.last_seen >= self.grace]:  # fmt: skip
             gone = self._active.pop(key)
-            self._flips.append(Flip(rule, "resolved", gone.labels, ts, gone.evidence()))  # type: ignore[union-attr]
+            flips.append(Flip(rule, "resolved", gone.labels, ts, gone.evidence()))
 
     # -- results ------------------------------------------------------------------------------
 

@@ -75,11 +75,12 @@ class PositionCurve:
     match) then undercounts steps and overstates survival; the conditional rates
     ``p_i / p_(i-1)`` (``conditional``) need no step count at all and are reported alongside.
 
-    The knee is ``argmax_j T(j)`` (smallest ``j`` on ties). Adding position ``j`` pays only if
-    its survival exceeds ``m * T(j - 1)``, the tokens that the same ``m`` target-steps would
-    produce at the current speed, not merely ``m`` (which is what a draft position costs
-    relative to *no* speculation): the simpler rule ``p_(j-1) > m`` is reported as
-    ``last_paying`` and is never shorter than the knee. Since survival is non-increasing,
+    The knee is ``argmax_j T(j)`` (smallest ``j`` on ties, values within 1e-12 of each other
+    being ties: rounding is no speed-up). Adding position ``j`` pays only if its survival
+    exceeds ``m * T(j - 1)``, the tokens that the same ``m`` target-steps would produce at the
+    current speed, not merely ``m`` (which is what a draft position costs relative to *no*
+    speculation): the simpler rule ``p_(j-1) > m`` is reported as ``last_paying`` and is never
+    shorter than the knee. Since survival is non-increasing,
     ``T`` rises to its maximum and then falls. A knee equal to ``K`` (``at_limit``) means
     longer drafts might pay too: the curve cannot tell beyond ``K``. A knee of 0 means
     speculation does not pay at any length (the route's rate is under break-even).
@@ -293,8 +294,11 @@ class PositionCurve:
         curve = self.speedup
         if curve is None or not self.sufficient:
             return None
-        best = max(curve)
-        return curve.index(best)
+        # Ties go to the shorter draft, and values that differ by rounding alone are ties: a
+        # position that survives exactly as often as it costs neither gains nor loses, yet the
+        # running sum in T can make the longer draft look better in the last bit.
+        floor = max(curve) * (1.0 - 1e-12)
+        return next(j for j, t in enumerate(curve) if t >= floor)
 
     @property
     def last_paying(self) -> int | None:

@@ -113,15 +113,21 @@ def _z_upper(alpha: float) -> float:
 
 @lru_cache(maxsize=64)
 def _skip_z2(level: float) -> float:
-    # the bound must clear twice the level: binom_sf's rounding is then far from mattering
-    z = NormalDist().inv_cdf(1.0 - 2.0 * level) if level < 0.25 else 0.0
-    return z * z if z > 0.0 else -1.0
+    """``z^2`` for ``P(Z >= z) = 2 level`` (-1 when that ``z`` is not positive).
+
+    Twice the level: a lower bound on a tail that clears it leaves binom_sf's rounding far
+    from deciding anything.
+    """
+    if level >= 0.25:
+        return -1.0
+    z = NormalDist().inv_cdf(1.0 - 2.0 * level)
+    return z * z
 
 
 def _surely_not_below(k: int, n: int, p: float, level: float) -> bool:
     """Whether ``binom_sf(k, n, p) >= level`` is certain without summing (a cheap pre-test).
 
-    Zubkov and Serov's bound (2013): for ``n p < k <= n``,
+    Zubkov and Serov's bound (2013): for ``n p < k < n``,
     ``P(X >= k) >= P(Z >= sqrt(2 n H(k / n, p)))``, ``Z`` standard normal and ``H`` the
     Kullback-Leibler divergence between Bernoulli(k / n) and Bernoulli(p). While that normal
     tail is at least ``2 level`` the exact tail cannot be under ``level``. False means "not
@@ -326,8 +332,15 @@ class ThroughputMonitor:
         self.bucket = float(bucket)
         self.reservoir = int(reservoir)
         self.relative_accuracy = float(relative_accuracy)
+        # derived from the parameters, for _decide: the per-quantile level, and per quantile
+        # the bound on (k - n q)^2 / n under which a count is surely not significant
+        self._level = self.alpha / len(self.quantiles)
+        z2 = _skip_z2(self._level)
+        self._skips = tuple((q, z2 * q * (1.0 - q) / 2.0) for q in self.quantiles)
         self._firing = False
-        self._changed = False
+        # True only right after the update on which ``firing`` flipped. An attribute, not a
+        # property like ``firing``: the engine reads it after every event.
+        self.changed = False
         self._start_warmup()
 
     def _start_warmup(self) -> None:
@@ -345,7 +358,7 @@ class ThroughputMonitor:
 
     def update(self, event: Event) -> None:
         """Count one finished request."""
-        self._changed = False
+        self.changed = False
         ok = event.status == "ok"
         tput = event.decode_throughput if ok else None
         if tput is not None and tput <= 0.0:
@@ -353,7 +366,18 @@ class ThroughputMonitor:
         ts = event.ts
         b = self._baseline
         if b is None:
-            self._warm(ts, not ok, tput, event.batch_size)
+            # the warm-up, inline as the rest: it is every event of a segment's first half hour
+            if self._warm_start is None:
+                self._warm_start = ts
+            self._warm_events += 1
+            if not ok:
+                self._warm_errors += 1
+            if tput is not None:
+                self._warm_tput += 1
+                batch = event.batch_size
+                self._sample.add((0 if batch is None else int(batch), tput))
+            if ts - self._warm_start >= self.warmup and self._warm_tput >= self.min_baseline:
+                self._fit(ts)
             return
         ring = self._ring
         slot = ring.slot(ts)
@@ -385,17 +409,6 @@ class ThroughputMonitor:
                     i += 1
         self._decide()
 
-    def _warm(self, ts: float, error: bool, tput: float | None, batch: int | None) -> None:
-        if self._warm_start is None:
-            self._warm_start = ts
-        self._warm_events += 1
-        self._warm_errors += int(error)
-        if tput is not None:
-            self._warm_tput += 1
-            self._sample.add((0 if batch is None else int(batch), tput))
-        if ts - self._warm_start >= self.warmup and self._warm_tput >= self.min_baseline:
-            self._fit(ts)
-
     def _fit(self, ts: float) -> None:
         pairs = self._sample.items
         with_batch = [(float(b), x) for b, x in pairs if b > 0]
@@ -421,7 +434,7 @@ class ThroughputMonitor:
         An open condition resolves (``changed`` is True until the next update): its baseline
         was just declared obsolete.
         """
-        self._changed = self._firing
+        self.changed = self._firing
         self._firing = False
         self._start_warmup()
 
@@ -444,20 +457,25 @@ class ThroughputMonitor:
         if n < self.min_requests:
             return  # no evidence either way: the state stays as last decided
         if not self._firing:
-            level = self.alpha / len(self.quantiles)
+            level = self._level
             i = _FIXED
-            for q in self.quantiles:
+            for q, quick in self._skips:
                 k = t[i]
                 i += 1
-                # a count at or under its expectation can never be significant, nor one whose
-                # tail Slud's bound keeps well above the level: skip the sum for those
-                if k > n * q and not _surely_not_below(k, n, q, level) and binom_sf(k, n, q) < level:
+                # Most counts cannot be significant, and cheap tests say so: a count at or
+                # under its expectation; one within the chi-square form of the bound of
+                # _surely_not_below (KL <= chi-square, so it implies that bound: no logs);
+                # one within that bound. Only the rest pay for the exact binomial sum.
+                d = k - n * q
+                if d <= 0.0 or d * d <= quick * n or _surely_not_below(k, n, q, level):
+                    continue
+                if binom_sf(k, n, q) < level:
                     break
             else:
                 return
             if self._error_z() > _z_upper(self.error_alpha):
                 return  # errors rose too: an outage, not a slow draft
-            self._firing = self._changed = True
+            self._firing = self.changed = True
         else:
             # "every quantile back above (1 - min_effect + hysteresis) x its baseline", asked as
             # "at most rank values in lower bins" with counts the histogram keeps up to date:
@@ -473,7 +491,7 @@ class ThroughputMonitor:
                 if h.count_below(key) > q * (count - 1):
                     return
             self._firing = False
-            self._changed = True
+            self.changed = True
             h.untrack()
 
     def _first_resolving_keys(self) -> list[int]:
@@ -504,11 +522,6 @@ class ThroughputMonitor:
     @property
     def firing(self) -> bool:
         return self._firing
-
-    @property
-    def changed(self) -> bool:
-        """True only right after the update on which ``firing`` flipped."""
-        return self._changed
 
     @property
     def ready(self) -> bool:
@@ -591,7 +604,7 @@ class ThroughputMonitor:
                 "relative_accuracy": self.relative_accuracy,
             },
             "firing": self._firing,
-            "changed": self._changed,
+            "changed": self.changed,
             "warm_start": self._warm_start,
             "warm_events": self._warm_events,
             "warm_errors": self._warm_errors,
@@ -607,7 +620,7 @@ class ThroughputMonitor:
         require_version(data, cls.KIND, cls.VERSION)
         m = cls(**data["params"])
         m._firing = bool(data["firing"])
-        m._changed = bool(data["changed"])
+        m.changed = bool(data["changed"])
         m._warm_start = data["warm_start"]
         m._warm_events = int(data["warm_events"])
         m._warm_errors = int(data["warm_errors"])

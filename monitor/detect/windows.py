@@ -22,6 +22,8 @@ __all__ = ["BucketRing", "SlidingHistogram", "ThinnedSample", "bucket_count"]
 
 # Values <= 0 share one bin below every positive bin (an int, so bins stay JSON-able and sortable).
 _ZERO_KEY = -(2**31)
+# Most values a SlidingHistogram keeps unbinned: bounds the memory of a busy bucket.
+_BIN_EVERY = 512
 
 
 def bucket_count(window: float, bucket: float) -> int:
@@ -211,10 +213,18 @@ class SlidingHistogram:
 
     Notes
     -----
+    Adding is the per-event part and reading is rare, so the work is moved to the reads: the
+    newest bucket's values wait in a list and are binned (a logarithm and a dict update each)
+    when the bucket closes, every ``_BIN_EVERY`` values, or before anything reads the bins;
+    the window's counts per bin are summed from the buckets when read. Counts are integers and
+    the values are binned in arrival order, so the bins, and the snapshot, are the same as if
+    each value had been binned on arrival.
+
     :meth:`count_below` answers "is the window's quantile at least this bin?" without the sort
     that :meth:`quantile` needs: a bin asked for once is tracked from then on (its count moves
-    with every add and expiry) until :meth:`untrack`. Tracking is derived state, rebuilt from
-    the bins when asked for again, so it is not in the snapshot.
+    with every add and expiry, and values are then binned on arrival) until :meth:`untrack`.
+    Tracking is derived state, rebuilt from the bins when asked for again: it is not in the
+    snapshot.
 
     Examples
     --------
@@ -241,6 +251,7 @@ class SlidingHistogram:
         "_buckets",
         "_bins",
         "_below",
+        "_pending",
         "_lo",
         "_hi",
         "_cur",
@@ -253,14 +264,17 @@ class SlidingHistogram:
         self.bucket = float(bucket)
         self.relative_accuracy = float(relative_accuracy)
         self.size = bucket_count(window, bucket)
-        self.count = 0
+        self.count = 0  # values in the window, pending ones included
         self._gamma = (1.0 + relative_accuracy) / (1.0 - relative_accuracy)
         self._inv_log_gamma = 1.0 / math.log(self._gamma)
         # bucket number -> {bin key: count}; values <= 0 share the key _ZERO_KEY
         self._buckets: dict[int, dict[int, int]] = {}
-        self._bins: dict[int, int] = {}
+        # the window's {bin key: count}, summed from the buckets when read; None when changed
+        self._bins: dict[int, int] | None = None
         # tracked bin key -> values of the window in lower bins (see count_below)
         self._below: dict[int, int] = {}
+        # values of the newest bucket (_cur) not binned yet; always empty while tracking
+        self._pending: list[float] = []
         self._set_head(None)
 
     def _set_head(self, head: int | None) -> None:
@@ -282,21 +296,30 @@ class SlidingHistogram:
             return 0.0
         return 2.0 * self._gamma**key / (self._gamma + 1.0)
 
+    def _bin_pending(self) -> None:
+        pending = self._pending
+        if pending:
+            b = self._cur
+            assert b is not None
+            inv = self._inv_log_gamma
+            for value in pending:
+                key = _ZERO_KEY if value <= 0.0 else math.ceil(math.log(value) * inv)
+                b[key] = b.get(key, 0) + 1
+            pending.clear()
+            self._bins = None
+
     def advance(self, ts: float) -> None:
         """Move the window's end up to ``ts`` (never back), forgetting what falls out."""
         i = math.floor(ts / self.bucket)
         if self.head is not None and i <= self.head:
             return
+        self._bin_pending()  # into the bucket they belong to, before it stops being the newest
         self._set_head(i)
         oldest = i - self.size + 1
-        bins, below = self._bins, self._below
+        below = self._below
         for key in sorted(k for k in self._buckets if k < oldest):
+            self._bins = None
             for b, n in self._buckets.pop(key).items():
-                left = bins[b] - n
-                if left:
-                    bins[b] = left
-                else:
-                    del bins[b]
                 self.count -= n
                 for t in below:
                     if b < t:
@@ -318,16 +341,21 @@ class SlidingHistogram:
                 b = self._buckets[i] = {}
             if i == self.head:
                 self._cur = b
+        self.count += 1
+        below = self._below
+        if b is self._cur and not below:
+            pending = self._pending
+            pending.append(value)
+            if len(pending) >= _BIN_EVERY:
+                self._bin_pending()  # bounds the memory the values hold
+            return True
+        # binned now: a late value (in an older bucket), or tracked counts to move
         key = _ZERO_KEY if value <= 0.0 else math.ceil(math.log(value) * self._inv_log_gamma)
         b[key] = b.get(key, 0) + 1
-        bins = self._bins
-        bins[key] = bins.get(key, 0) + 1
-        self.count += 1
-        if self._below:
-            below = self._below
-            for t in below:
-                if key < t:
-                    below[t] += 1
+        self._bins = None
+        for t in below:
+            if key < t:
+                below[t] += 1
         return True
 
     def count_below(self, key: int) -> int:
@@ -338,8 +366,20 @@ class SlidingHistogram:
         """
         n = self._below.get(key)
         if n is None:
-            n = self._below[key] = sum(c for b, c in self._bins.items() if b < key)
+            n = self._below[key] = sum(c for b, c in self.bins().items() if b < key)
         return n
+
+    def bins(self) -> dict[int, int]:
+        """The window's counts per bin (do not change them)."""
+        self._bin_pending()
+        bins = self._bins
+        if bins is None:
+            bins = {}
+            for bucket in self._buckets.values():
+                for b, n in bucket.items():
+                    bins[b] = bins.get(b, 0) + n
+            self._bins = bins
+        return bins
 
     def untrack(self) -> None:
         """Stop keeping the counts of :meth:`count_below` (adds are cheaper without)."""
@@ -353,13 +393,15 @@ class SlidingHistogram:
             return None
         rank = q * (self.count - 1)
         seen = 0
-        for key in sorted(self._bins):
-            seen += self._bins[key]
+        bins = self.bins()
+        for key in sorted(bins):
+            seen += bins[key]
             if seen > rank:
                 break
         return self.value(key)
 
     def snapshot(self) -> dict[str, Any]:
+        bins = self.bins()  # first: it bins the pending values into the buckets
         return {
             "window": self.window,
             "bucket": self.bucket,
@@ -367,7 +409,8 @@ class SlidingHistogram:
             "head": self.head,
             "count": self.count,
             "buckets": [[k, [[b, n] for b, n in v.items()]] for k, v in self._buckets.items()],
-            "bins": [[b, n] for b, n in self._bins.items()],
+            # derived from the buckets (restore sums them again), kept for readers of the format
+            "bins": [[b, n] for b, n in sorted(bins.items())],
         }
 
     @classmethod
@@ -375,7 +418,6 @@ class SlidingHistogram:
         h = cls(data["window"], data["bucket"], data["relative_accuracy"])
         h.count = int(data["count"])
         h._buckets = {int(k): {int(b): int(n) for b, n in v} for k, v in data["buckets"]}
-        h._bins = {int(b): int(n) for b, n in data["bins"]}
         h._set_head(data["head"])
         return h
 

@@ -180,3 +180,24 @@ def test_checkpoint_is_due_by_events_or_time() -> None:
     assert not p.due()
     now[0] = 5.0
     assert p.due()
+
+
+def test_a_failed_checkpoint_forgets_everything_uncommitted() -> None:
+    store = MemoryStore()
+    p, _, _ = make(store)
+    p.process(0, 0, msg(ev("a", 1.0)))
+    assert p.checkpoint()
+
+    def broken(cp: Checkpoint) -> None:
+        raise RuntimeError("database went away")
+
+    p.process(0, 1, msg(ev("b", 2.0)))
+    store.commit, real = broken, store.commit  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        p.checkpoint()
+    assert p.partitions == []
+    store.commit = real  # type: ignore[method-assign]
+    assert p.assign([0]) == {0: 1}  # resume after the last committed message
+    p.process(0, 1, msg(ev("b", 2.0)))
+    assert p.checkpoint()
+    assert store.totals()[0] == 2

@@ -252,3 +252,16 @@ def test_make_detector_and_protocol() -> None:
     det = OverdispersedCusum(min_effect=0.1)
     assert det.effects == (0.1, 0.2, 0.4, 0.8)
     assert det.threshold is None and det.statistic == 0.0 and det.evidence()["phase"] == "warmup"
+
+
+def test_current_at_recovery_is_the_recovered_level() -> None:
+    stream = chain_stream(40_000, 0.6, seed=6, change_at=25_000, factor=0.8, back_at=27_000)
+    det = OverdispersedCusum()
+    a, d, t = stream
+    for i in range(len(a)):
+        det.update(a[i], d[i], t[i])
+        if det.recovered:
+            assert det.current == pytest.approx(det.baseline, rel=0.1)
+            break
+    else:
+        pytest.fail("never recovered")
