@@ -35,7 +35,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from monitor.app import Application  # noqa: E402
 from monitor.broker import EmbeddedBroker  # noqa: E402
-from monitor.config import Config, IngestConfig, KafkaConfig, StoreConfig  # noqa: E402
+from monitor.config import (  # noqa: E402
+    Config,
+    DetectionConfig,
+    IngestConfig,
+    KafkaConfig,
+    StoreConfig,
+)
+from monitor.detect.engine import Detection  # noqa: E402
 from monitor.deadletter import CountingDeadLetter  # noqa: E402
 from monitor.metrics import IngestMetrics  # noqa: E402
 from monitor.pipeline import Pipeline  # noqa: E402
@@ -88,7 +95,9 @@ def bare_loop(bootstrap: str, topic: str, messages: int) -> dict[str, float]:
     return {"events": n_events, "wall": wall, "cpu": cpu, "rate": n_events / wall}
 
 
-def specwatch_loop(bootstrap: str, topic: str, messages: int, db_url: str) -> dict[str, float]:
+def specwatch_loop(
+    bootstrap: str, topic: str, messages: int, db_url: str, detection: bool
+) -> dict[str, float]:
     upgrade(db_url)
     name = uuid.uuid4().hex[:8]
     config = Config(
@@ -97,6 +106,7 @@ def specwatch_loop(bootstrap: str, topic: str, messages: int, db_url: str) -> di
                           session_timeout_ms=6000, max_poll_interval_ms=30000),
         store=StoreConfig(url=db_url),
         ingest=IngestConfig(allowed_lateness=3600, dedup_horizon=3600),
+        detection=DetectionConfig(enabled=detection),
     )
     app = Application(config, registry=CollectorRegistry())
     pipeline, source = app.pipeline, app.source
@@ -112,11 +122,12 @@ def specwatch_loop(bootstrap: str, topic: str, messages: int, db_url: str) -> di
     return {"events": n, "wall": wall, "cpu": cpu, "rate": n / wall}
 
 
-def replay_file(path: Path, db_url: str) -> dict[str, float]:
+def replay_file(path: Path, db_url: str, detection: bool) -> dict[str, float]:
     upgrade(db_url)
     store = Store(db_url)
     pipeline = Pipeline(store, "bench", IngestConfig(allowed_lateness=3600, dedup_horizon=3600),
-                        IngestMetrics(CollectorRegistry()), CountingDeadLetter())
+                        IngestMetrics(CollectorRegistry()), CountingDeadLetter(),
+                        observer=Detection(DetectionConfig()) if detection else None)
     t0, c0 = time.perf_counter(), time.process_time()
     summary = replay(str(path), pipeline, progress=False)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -127,7 +138,7 @@ def replay_file(path: Path, db_url: str) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--single", type=int, default=60_000, help="events sent one per message")
-    parser.add_argument("--batched", type=int, default=400_000, help="events sent in batches")
+    parser.add_argument("--batched", type=int, default=300_000, help="events sent in batches")
     parser.add_argument("--batch", type=int, default=100, help="events per batched message")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--db", default=None, help="database URL (default: a fresh SQLite file)")
@@ -150,26 +161,30 @@ def main() -> int:
             topic = f"bench-{uuid.uuid4().hex[:8]}"
             messages = produce(broker.bootstrap_servers, topic, data, batch)
             bare = bare_loop(broker.bootstrap_servers, topic, messages)
-            spec = specwatch_loop(broker.bootstrap_servers, topic, messages,
-                                  db(f"kafka-{batch}"))
-            rows.append((label, messages, bare, spec))
+            for detection in (False, True):
+                spec = specwatch_loop(broker.bootstrap_servers, topic, messages,
+                                      db(f"kafka-{batch}-{detection}"), detection)
+                rows.append((label, "on" if detection else "off", messages, bare, spec))
     path = tmp / "events.jsonl"
     write_file(batched, path)
-    rep = replay_file(path, db("replay"))
+    replays = [(d, replay_file(path, db(f"replay-{d}"), d)) for d in (False, True)]
 
-    print(f"{'input':<34} {'messages':>9} {'events':>9} {'bare ev/s':>10} "
-          f"{'specwatch ev/s':>15} {'ratio':>6} {'spec cpu s':>10}")
-    for label, messages, bare, spec in rows:
-        print(f"{label:<34} {messages:>9} {spec['events']:>9} {bare['rate']:>10,.0f} "
-              f"{spec['rate']:>15,.0f} {spec['rate'] / bare['rate']:>6.2f} {spec['cpu']:>10.1f}")
-    print(f"{'replay (JSON lines file)':<34} {'':>9} {rep['events']:>9} {'':>10} "
-          f"{rep['rate']:>15,.0f} {'':>6} {rep['cpu']:>10.1f}")
-    single_ratio = rows[0][3]["rate"] / rows[0][2]["rate"]
-    batched_rate = rows[1][3]["rate"]
-    print(f"target single-event >= 0.70x bare: {'PASS' if single_ratio >= 0.7 else 'FAIL'} "
-          f"({single_ratio:.2f}x)")
-    print(f"target batched >= 100,000 events/s: {'PASS' if batched_rate >= 100_000 else 'FAIL'} "
-          f"({batched_rate:,.0f})")
+    print(f"{'input':<34} {'detection':>9} {'messages':>9} {'events':>9} {'bare ev/s':>10} "
+          f"{'specwatch ev/s':>15} {'ratio':>6} {'cpu s':>6}")
+    for label, det, messages, bare, spec in rows:
+        print(f"{label:<34} {det:>9} {messages:>9} {spec['events']:>9} {bare['rate']:>10,.0f} "
+              f"{spec['rate']:>15,.0f} {spec['rate'] / bare['rate']:>6.2f} {spec['cpu']:>6.1f}")
+    for det, rep in replays:
+        print(f"{'replay (JSON lines file)':<34} {'on' if det else 'off':>9} {'':>9} "
+              f"{rep['events']:>9} {'':>10} {rep['rate']:>15,.0f} {'':>6} {rep['cpu']:>6.1f}")
+    for det in ("off", "on"):
+        single_row = next(r for r in rows if r[1] == det and r[0].startswith("single"))
+        batched_row = next(r for r in rows if r[1] == det and r[0].startswith("batched"))
+        ratio = single_row[4]["rate"] / single_row[3]["rate"]
+        rate = batched_row[4]["rate"]
+        print(f"detection {det}: single-event >= 0.70x bare: "
+              f"{'PASS' if ratio >= 0.7 else 'FAIL'} ({ratio:.2f}x); batched >= 100,000 "
+              f"events/s: {'PASS' if rate >= 100_000 else 'FAIL'} ({rate:,.0f})")
     return 0
 
 

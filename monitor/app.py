@@ -62,7 +62,9 @@ class Application:
             self._producer, kafka.dead_letter_topic, kafka.dead_letter_max_bytes
         )
         # Live: silence is measured against the wall clock (swept in run()).
-        self.detection = Detection(config.detection, clock="wall")
+        self.detection = (
+            Detection(config.detection, clock="wall") if config.detection.enabled else None
+        )
         self.pipeline = Pipeline(
             self.store, source_id(kafka), config.ingest, self.metrics, dead_letter,
             observer=self.detection,
@@ -97,7 +99,9 @@ class Application:
 
     def _maybe_tick(self) -> None:
         now = time.monotonic()
-        if now - self._last_tick < TICK_EVERY_S or not self.detection.loaded:
+        if self.detection is None or not self.detection.loaded:
+            return
+        if now - self._last_tick < TICK_EVERY_S:
             return
         self._last_tick = now
         self.detection.tick(time.time())

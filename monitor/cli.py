@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import signal
 import sys
@@ -100,7 +101,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         upgrade(config.store.url)
     store = Store(config.store.url)
     dead_letter = FileDeadLetter(args.dead_letter) if args.dead_letter else CountingDeadLetter()
-    detection = Detection(config.detection, clock="event")
+    detection = Detection(config.detection, clock="event") if config.detection.enabled else None
     alerts_out = AlertsFile(args.alerts_out) if args.alerts_out else None
     pipeline = Pipeline(
         store, args.source_id, config.ingest, IngestMetrics(CollectorRegistry()), dead_letter,
@@ -118,8 +119,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
     rate = summary.events / elapsed if elapsed > 0 else 0.0
     print(f"replay {args.path}: {summary.line()} in {elapsed:.1f}s ({rate:,.0f} events/s)",
           file=sys.stderr)
-    for line in recommendation_lines(detection.recommendations()):
-        print(line, file=sys.stderr)
+    if detection is not None and args.recommendations:
+        recs = detection.recommendations()
+        if args.recommendations == "-":
+            print("\n".join(recommendation_lines(recs)))
+        else:
+            Path(args.recommendations).write_text(
+                "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs),
+                encoding="utf-8")
     return 0
 
 
@@ -186,6 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
     with_config(p)
     p.add_argument("--alerts-out", metavar="PATH", help="write alert state changes as JSON lines")
     p.add_argument("--dead-letter", metavar="PATH", help="write rejected input with reasons")
+    p.add_argument("--recommendations", metavar="PATH",
+                   help="per-segment keep/turn-off recommendations with evidence: JSON lines to "
+                   "PATH, or a readable table on stdout for -")
     p.add_argument("--source-id", default="replay",
                    help="name the replay's progress is stored under (default: replay)")
     p.add_argument("--migrate", action="store_true", help="apply migrations to the database first")

@@ -97,6 +97,8 @@ class CostModelConfig(_Frozen):
 
 
 class DetectionConfig(_Frozen):
+    # Off: ingest and rollups only (a backfill of history, or an ingest-only replica).
+    enabled: bool = True
     detector: Literal["cusum", "adwin", "page_hinkley"] = "cusum"
     false_alarm_days: float = Field(30.0, gt=0)
     min_effect: float = Field(0.05, gt=0, lt=1)

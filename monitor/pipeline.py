@@ -51,6 +51,7 @@ class EventObserver(Protocol):
 
     loaded: bool
     pending: bool  # alerts or state not yet handed to a checkpoint (a wall-clock tick, say)
+    owned: set[int] | None  # partitions this process reads; None: all
 
     def observe(self, partition: int, events: list[Event]) -> None: ...
     def load(self, states: dict[str, Any]) -> None: ...
@@ -150,6 +151,8 @@ class Pipeline:
         new = [p for p in partitions if p not in self._partitions]
         if self.observer is not None and not self.observer.loaded:
             self.observer.load(self.store.load_state(self.source))
+        if self.observer is not None:
+            self.observer.owned = {*self._partitions, *new}
         if new:
             states = self.store.load_partitions(self.source, new)
             for p in new:
@@ -165,6 +168,10 @@ class Pipeline:
             self.checkpoint()
             for p in gone:
                 del self._partitions[p]
+            if self.observer is not None:
+                # Routes may move to another consumer, and others may arrive with state a
+                # peer wrote meanwhile: everything reloads from the store on the next assign.
+                self.observer.drop_all()
         self.metrics.assigned_partitions.set(len(self._partitions))
 
     def drop_all(self) -> None:

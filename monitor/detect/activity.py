@@ -409,7 +409,7 @@ class InactivityMonitor:
         if not self._firing:
             # cheapest tests first: a drafting route is not quiet
             if quiet and n >= self.min_requests and (self._ever_drafted or s[_WITH_DRAFT] > 0):
-                assert ring.head is not None
+                assert self._first_ts is not None and ring.head is not None
                 # observed over the whole window: the route reported before the window began
                 if self._first_ts <= (ring.head - ring.size + 1) * self.bucket:
                     self._firing = self.changed = True

@@ -362,7 +362,8 @@ class BreakevenMonitor:
         if not self._firing:
             # The interval always holds the point estimate, so its upper bound cannot be under
             # the cutoff while the rate is not: the interval, the costly part, is worked out
-            # only for a rate under the cutoff. The decision is the same as with it every time.
+            # only for a rate under the cutoff. The decision is the one the interval would
+            # give on every event.
             if rate < self.cutoff and self.interval[1] < self.cutoff:
                 self._firing = self.changed = True
         elif rate > self.cutoff + self.hysteresis:

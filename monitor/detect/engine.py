@@ -123,10 +123,12 @@ class Route:
     contention: ContentionMonitor
     segments: list[str] = field(default_factory=list)  # segment key ids
     firing: dict[str, str] = field(default_factory=dict)  # rule -> fingerprint
+    partition: int | None = None  # where its events arrive: who may judge its silence
 
     def snapshot(self) -> dict[str, Any]:
         return {
             "kind": "route", "version": 1, "name": self.name, "segments": self.segments,
+            "partition": self.partition,
             "firing": self.firing, "metadata": self.metadata.snapshot(),
             "staleness": self.staleness.snapshot(), "inactivity": self.inactivity.snapshot(),
             "contention": self.contention.snapshot(),
@@ -143,6 +145,7 @@ class Route:
             contention=ContentionMonitor.restore(data["contention"]),
             segments=list(data["segments"]),
             firing=dict(data["firing"]),
+            partition=data.get("partition"),
         )
 
 
@@ -168,6 +171,8 @@ class Detection:
         self._max_ts = float("-inf")
         self._last_tick = float("-inf")
         self.loaded = False
+        # Partitions whose routes this process judges for silence (None: every route).
+        self.owned: set[int] | None = None
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -239,6 +244,7 @@ class Detection:
             route = routes.get(name)
             if route is None:
                 route = self._new_route(name)
+            route.partition = partition
             dirty.add("route:" + name)
             self._route_rules(route, e)
             t = e.temperature
@@ -265,7 +271,10 @@ class Detection:
         """Sweep for silence and for pairs a route has left behind."""
         self._last_tick = now
         idle = self.config.idle_pair_resolve
+        owned = self.owned
         for route in self._routes.values():
+            if owned is not None and route.partition not in owned:
+                continue  # another consumer reads this route: silence here means nothing
             route.staleness.tick(now)
             if route.staleness.changed:
                 self._dirty.add("route:" + route.name)

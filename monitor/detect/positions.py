@@ -176,7 +176,8 @@ class PositionCurve:
             and steps > 0
             and len(per_pos) == self.num_speculative_tokens
         ):
-            # the common case, in the newest bucket: observe() without its checks
+            # the common case, in the newest bucket: observe() without its checks (the ring
+            # and the pending bucket exist: the bounds are NaN until they do)
             b = self._pending_bucket
             sums = self._ring.sums  # type: ignore[union-attr]
             b[_STEPS] += steps  # type: ignore[index]

@@ -127,7 +127,7 @@ def _skip_z2(level: float) -> float:
 def _surely_not_below(k: int, n: int, p: float, level: float) -> bool:
     """Whether ``binom_sf(k, n, p) >= level`` is certain without summing (a cheap pre-test).
 
-    Zubkov and Serov's bound (2013): for ``n p < k < n``,
+    Zubkov and Serov's bound (2013): for ``n p < k <= n``,
     ``P(X >= k) >= P(Z >= sqrt(2 n H(k / n, p)))``, ``Z`` standard normal and ``H`` the
     Kullback-Leibler divergence between Bernoulli(k / n) and Bernoulli(p). While that normal
     tail is at least ``2 level`` the exact tail cannot be under ``level``. False means "not
@@ -139,10 +139,12 @@ def _surely_not_below(k: int, n: int, p: float, level: float) -> bool:
     >>> _surely_not_below(340, 600, 0.5, 0.005), binom_sf(340, 600, 0.5) < 0.005
     (False, True)
     """
-    if not n * p < k < n:
+    if not n * p < k <= n:
         return False
     x = k / n
-    divergence = x * math.log(x / p) + (1.0 - x) * math.log((1.0 - x) / (1.0 - p))
+    divergence = x * math.log(x / p)
+    if k < n:
+        divergence += (1.0 - x) * math.log((1.0 - x) / (1.0 - p))
     return 2.0 * n * divergence <= _skip_z2(level)
 
 
@@ -229,6 +231,14 @@ def fit_batch_factor(pairs: Sequence[tuple[float, float]], groups: int = 32) -> 
 
 _EVENTS, _ERRORS, _TPUT = range(3)
 _FIXED = 3
+
+# batch factor, reference batch, the highest threshold, the thresholds (one per quantile)
+_Norm = tuple[float, float, float, tuple[float, ...]]
+
+
+def _norm(baseline: dict[str, Any]) -> _Norm:
+    thresholds = tuple(baseline["thresholds"])
+    return baseline["beta"], baseline["ref_batch"], max(thresholds), thresholds
 
 
 class ThroughputMonitor:
@@ -350,6 +360,7 @@ class ThroughputMonitor:
         self._warm_errors = 0
         self._warm_tput = 0
         self._baseline: dict[str, Any] | None = None
+        self._norm: _Norm | None = None  # the baseline's numbers update() needs, unpacked
         self._resolve_keys: list[int] | None = None  # derived from the baseline, when needed
         self._ring = BucketRing(self.window, self.bucket, _FIXED + len(self.quantiles))
         self._hist = SlidingHistogram(self.window, self.bucket, self.relative_accuracy)
@@ -364,8 +375,8 @@ class ThroughputMonitor:
         if tput is not None and tput <= 0.0:
             tput = None
         ts = event.ts
-        b = self._baseline
-        if b is None:
+        norm = self._norm
+        if norm is None:
             # the warm-up, inline as the rest: it is every event of a segment's first half hour
             if self._warm_start is None:
                 self._warm_start = ts
@@ -391,8 +402,9 @@ class ThroughputMonitor:
                     slot[_ERRORS] += 1
                     s[_ERRORS] += 1
         else:
+            beta, ref_batch, top, thresholds = norm
             batch = event.batch_size
-            x = tput * (1.0 + b["beta"] * ((b["ref_batch"] if batch is None else batch) - 1))
+            x = tput * (1.0 + beta * ((ref_batch if batch is None else batch) - 1))
             self._hist.add(ts, x)
             if slot is not None:
                 # field by field rather than a vector through BucketRing.add: this runs per event
@@ -401,12 +413,13 @@ class ThroughputMonitor:
                 s[_EVENTS] += 1
                 slot[_TPUT] += 1
                 s[_TPUT] += 1
-                i = _FIXED
-                for threshold in b["thresholds"]:
-                    if x < threshold:
-                        slot[i] += 1
-                        s[i] += 1
-                    i += 1
+                if x < top:  # most requests are above every threshold: no loop for them
+                    i = _FIXED
+                    for threshold in thresholds:
+                        if x < threshold:
+                            slot[i] += 1
+                            s[i] += 1
+                        i += 1
         self._decide()
 
     def _fit(self, ts: float) -> None:
@@ -426,6 +439,7 @@ class ThroughputMonitor:
             "errors": self._warm_errors,
             "requests": self._warm_tput,
         }
+        self._norm = _norm(self._baseline)
         self._sample = ThinnedSample(self.reservoir)  # the raw sample is no longer needed
 
     def reset_baseline(self) -> None:
@@ -627,6 +641,7 @@ class ThroughputMonitor:
         m._warm_tput = int(data["warm_tput"])
         m._sample = ThinnedSample.restore(data["sample"])
         m._baseline = None if data["baseline"] is None else dict(data["baseline"])
+        m._norm = None if m._baseline is None else _norm(m._baseline)
         m._ring = BucketRing.restore(data["ring"])
         m._hist = SlidingHistogram.restore(data["hist"])
         return m

@@ -11,6 +11,12 @@ Running totals are updated by adding new buckets and subtracting expired ones in
 re-summed on each read: that makes every update O(width). Float totals may then differ from a
 re-summation in the last bits, which is harmless because the snapshot stores the running totals
 themselves, so a restored window continues with exactly the same numbers.
+
+Every detector updates a window on every event, so the common case is kept short: an event in
+the newest bucket costs a division and two comparisons to place, and only a new bucket or a late
+event takes the path that moves the window (see :meth:`BucketRing.slot`). Work that nothing reads
+per event is deferred to the reads, where that cannot change a result (integer counts, summed in
+the same order): :class:`SlidingHistogram` bins its newest bucket's values in bulk.
 """
 
 from __future__ import annotations
@@ -319,11 +325,10 @@ class SlidingHistogram:
         below = self._below
         for key in sorted(k for k in self._buckets if k < oldest):
             self._bins = None
-            for b, n in self._buckets.pop(key).items():
-                self.count -= n
-                for t in below:
-                    if b < t:
-                        below[t] -= n
+            gone = self._buckets.pop(key)
+            self.count -= sum(gone.values())
+            for t in below:
+                below[t] -= sum(n for b, n in gone.items() if b < t)
 
     def add(self, ts: float, value: float) -> bool:
         """Count ``value`` at event time ``ts``; False (not counted) if it is too old."""

@@ -26,6 +26,8 @@ class MemoryStore:
         self.offsets: dict[int, int] = {}
         self.max_ts: dict[int, float | None] = {}
         self.ids: dict[int, dict[str, float]] = {}
+        self.state: dict = {}
+        self.alerts: list = []
         self.commits = 0
 
     def commit(self, cp: Checkpoint) -> None:
@@ -42,6 +44,8 @@ class MemoryStore:
                     del ids[rid]
         for key, delta in cp.rollups.items():
             self.rollups.setdefault(key, BucketStats()).merge(delta)
+        self.state.update(cp.state)
+        self.alerts.extend(cp.alerts)
         self.commits += 1
 
     def load_partitions(self, source: str, partitions: Iterable[int]) -> dict[int, PartitionState]:
@@ -52,7 +56,7 @@ class MemoryStore:
         }
 
     def load_state(self, source: str, prefix: str = "") -> dict:
-        return {}
+        return {k: v for k, v in self.state.items() if k.startswith(prefix)}
 
     def totals(self) -> tuple[int, int, int]:
         b = BucketStats()
@@ -201,3 +205,20 @@ def test_a_failed_checkpoint_forgets_everything_uncommitted() -> None:
     p.process(0, 1, msg(ev("b", 2.0)))
     assert p.checkpoint()
     assert store.totals()[0] == 2
+
+
+def test_revoke_hands_detector_state_over_through_the_store() -> None:
+    from monitor.config import DetectionConfig
+    from monitor.detect.engine import Detection
+
+    store = MemoryStore()
+    detection = Detection(DetectionConfig())
+    p = Pipeline(store, "t", IngestConfig(), IngestMetrics(CollectorRegistry()),
+                 CountingDeadLetter(), observer=detection)
+    p.assign([0])
+    p.process(0, 0, msg(ev("a", 1.0), ev("b", 2.0)))
+    p.revoke([0])
+    assert not detection.loaded and any(k.startswith("detect/route/") for k in store.state)
+    p.assign([0])  # e.g. the partition came back after a rebalance
+    assert detection.loaded and detection.owned == {0}
+    assert [s["labels"]["route"] for s in detection.recommendations()] == ["code"]

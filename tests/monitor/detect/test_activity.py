@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from functools import cache
 
 import pytest
@@ -63,6 +64,35 @@ def test_contention_needs_a_minimum_count() -> None:
     assert not m.firing
     m.update(e)  # a 41st..., all still under min_requests
     assert not m.firing and m.share == pytest.approx(40 / 41)
+
+
+class DecidesOnEveryEvent(ContentionMonitor):
+    """Decides after every draft-less request too, not only when the window moved."""
+
+    def update(self, event: Event) -> None:
+        if event.draft_model is None:
+            self.changed = False
+            self._ring.advance(event.ts)
+            self._decide()
+            return
+        self.observe(event.draft_evicted, event.ts)
+
+
+def test_contention_decides_as_if_on_every_event() -> None:
+    rng = random.Random(3)
+    fast, slow = ContentionMonitor(min_requests=20), DecidesOnEveryEvent(min_requests=20)
+    ts, flips = 0.0, 0
+    for i in range(6000):
+        ts += rng.choice([0.2, 0.5, 1.0, 2.0, 60.0])
+        evicted = rng.random() < (0.3 if (i // 500) % 2 else 0.01)
+        draft = None if rng.random() < 0.5 else "d"
+        e = Event(f"r{i}", ts, "chat", "ok", "t", "1", "tok", 10, 50.0, draft_model=draft,
+                  draft_evicted=evicted)  # fmt: skip
+        fast.update(e)
+        slow.update(e)
+        assert (fast.firing, fast.changed) == (slow.firing, slow.changed)
+        flips += fast.changed
+    assert flips >= 4
 
 
 # -- telemetry_stale ---------------------------------------------------------------------------

@@ -131,6 +131,20 @@ def test_interval_stays_in_unit_range_at_extremes() -> None:
     assert high == 1.0 and 0.85 < low < 1.0
 
 
+@given(st.lists(st.tuples(st.integers(0, 400), st.integers(1, 400)), min_size=2, max_size=60),
+       st.sampled_from([0.8, 0.95, 0.99]))  # fmt: skip
+def test_interval_holds_the_rate(pairs, confidence) -> None:
+    # the monitor skips the interval while the rate is at or above the cutoff: sound only
+    # because the upper bound is never under the point estimate
+    pairs = [(min(a, d), d) for a, d in pairs]
+    a, d = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+    low, high, _, _ = ratio_interval(
+        len(pairs), a, d, sum(x * x for x, _ in pairs), sum(y * y for _, y in pairs),
+        sum(x * y for x, y in pairs), confidence,
+    )  # fmt: skip
+    assert low <= a / d <= high
+
+
 # -- firing on simulated routes ----------------------------------------------------------------
 
 
@@ -207,6 +221,27 @@ def test_flat_at_the_cutoff_rarely_flips() -> None:
         m.observe(int(rng.binomial(d, rng.beta(8, 12))), d, 2.0 * i)  # rate 0.40
         flips += m.changed
     assert flips <= 1
+
+
+@pytest.mark.parametrize("spread", [400.0, 1.0])  # tight: flips a hair under the cutoff
+def test_decisions_are_those_of_the_interval_on_every_request(spread: float) -> None:
+    # the reference: the interval worked out on every request, as the rule reads
+    rng = np.random.default_rng(5)
+    m = BreakevenMonitor(window=600, hysteresis=0.0)
+    firing, flips = False, 0
+    for i in range(12_000):
+        d = 4 * int(rng.integers(40, 100))
+        rate = 0.40 + 0.012 * math.sin(i / 700)  # in and out of the cutoff
+        m.observe(int(rng.binomial(d, rng.beta(rate * spread, (1 - rate) * spread))), d, i)
+        if m.sufficient:
+            ev = m.evidence()
+            if not firing and ev["high"] < m.cutoff:
+                firing = True
+            elif firing and ev["rate"] > m.cutoff + m.hysteresis:
+                firing = False
+        assert m.firing == firing
+        flips += m.changed
+    assert flips >= 4
 
 
 # -- no-draft requests, insufficient data ------------------------------------------------------

@@ -121,3 +121,33 @@ def test_temperature_buckets() -> None:
     assert temperature_bucket(None, (0.0, 1.0)) == ""
     assert temperature_bucket(0.0, (0.0, 1.0)) == "0"
     assert temperature_bucket(2.0, (0.0, 1.0)) == ">1"
+
+
+def test_river_adwin_can_replace_the_cusum() -> None:
+    cfg = scenario_config("quiet", duration_s=5 * 3600, rate=RATE, seed=5,
+                          start="2026-11-02T00:00:00Z").add_incidents(
+        ["acceptance_shift:route=code-assistant,at=3h,factor=0.6"])
+    detection = Detection(DetectionConfig(detector="adwin"))
+    detection.load({})
+    detection.observe(0, [event_from_obj(o) for o in Simulator(cfg).events()])
+    alerts = detection.drain()
+    hits = fired(tuple(alerts), "acceptance_drop", "code-assistant")
+    assert hits and hits[0].details["detector"] == "river_adwin"
+    restored = Detection(DetectionConfig(detector="adwin"))
+    restored.load(detection.snapshot())
+    assert restored.recommendations() == detection.recommendations()
+
+
+def test_silence_is_judged_only_for_routes_of_owned_partitions() -> None:
+    cfg = scenario_config("quiet", duration_s=3600, rate=RATE, seed=2,
+                          start="2026-11-02T00:00:00Z")
+    events = [event_from_obj(o) for o in Simulator(cfg).events()]
+    detection = Detection(DetectionConfig(), clock="wall")
+    detection.load({})
+    for e in events:
+        detection.observe(1 if e.route == "chat" else 0, [e])
+    detection.drain()
+    detection.owned = {0}
+    detection.tick(events[-1].ts + 3 * 3600)
+    stale = {a.labels["route"] for a in detection.drain() if a.rule == "telemetry_stale"}
+    assert stale == {"code-assistant", "creative-writing", "summarize", "translation"}

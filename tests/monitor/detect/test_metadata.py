@@ -7,6 +7,8 @@ from collections import Counter
 from functools import cache
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from monitor.detect.exceptions import StateVersionError
 from monitor.detect.metadata import MetadataRules
@@ -145,6 +147,54 @@ def test_memory_is_bounded() -> None:
         resolved += sum(f.state == "resolved" for f in rules.flips)
     assert len(rules.conditions) == 4 and resolved == 16
     assert len(rules.snapshot()["first_target"]) <= 4
+
+
+class NoMemo(MetadataRules):
+    """Every event checked from scratch: what the memo of the last event must reproduce."""
+
+    def update(self, event: Event) -> None:
+        self._last = None
+        super().update(event)
+
+
+PAIRS = st.tuples(
+    st.sampled_from(["a", "b"]),  # route
+    st.sampled_from(["r1", "r2"]),  # target revision
+    st.sampled_from(["d1", "d2", None]),  # draft revision (None: no draft model)
+    st.sampled_from([None, "r1", "r2"]),  # pinned target revision
+    st.sampled_from(["llama3", "llama3", "qwen2"]),  # draft tokenizer
+    st.sampled_from([0.0, 0.0, 0.0, 50.0, 400.0, -100.0]),  # time step (late events too)
+    st.integers(1, 30),  # events in a row
+)
+
+
+@given(st.lists(PAIRS, max_size=40), st.integers(1, 8))
+def test_the_memo_of_the_last_event_changes_nothing(runs, max_pairs: int) -> None:
+    memo, scratch = MetadataRules(grace=300, max_pairs=max_pairs), NoMemo(300, max_pairs)
+    ts = 0.0
+    for route, target_rev, draft_rev, pinned, draft_tok, step, repeat in runs:
+        for _ in range(repeat):
+            ts += step / repeat + 1.0
+            if draft_rev is None:
+                e = Event("x", ts, route, "ok", "llama-70b", target_rev, "llama3", 1, 1.0)
+            else:
+                e = ev(ts, target_rev, draft_rev, pinned, draft_tok, route)
+            memo.update(e)
+            scratch.update(e)
+            assert memo.flips == scratch.flips
+    assert memo.snapshot() == scratch.snapshot()
+    assert memo.conditions == scratch.conditions
+
+
+def test_a_long_condition_counts_its_events_and_hands_out_copies() -> None:
+    rules = MetadataRules()
+    for i in range(100):
+        rules.update(ev(1000.0 + i - 50 * (i == 99), "r1", draft_tok="qwen2"))  # last one late
+    (cond,) = rules.conditions
+    assert (cond.events, cond.since, cond.last_seen) == (100, 1000.0, 1098.0)
+    cond.events = 0  # a copy: the rules' own record is untouched
+    assert rules.conditions[0].events == 100
+    assert next(iter(rules.active.values())).events == 100
 
 
 def test_snapshot_restore_mid_stream_gives_identical_outputs() -> None:

@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from functools import cache
 
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from monitor.detect.breakeven import CostModel
 from monitor.detect.exceptions import StateVersionError
 from monitor.detect.positions import PositionCurve, speedup_curve
 from monitor.simulate import DEFAULT_ROUTES, Simulator, scenario_config
+from monitor.telemetry.event import Event
 from monitor.telemetry.parse import event_from_obj
 
 ROUTES = {r.name: r for r in DEFAULT_ROUTES}
+EVENT = Event("r", 0.0, "chat", "ok", "t", "1", "tok", 10, 50.0, draft_model="d", has_spec=True,
+              num_speculative_tokens=3)  # fmt: skip
 
 
 @cache
@@ -135,6 +139,53 @@ def test_skips_what_it_cannot_use() -> None:
     feed(curve, events[1:])
     curve.update(replace(events[0], accepted_per_position=(1, 1, 0), num_speculative_tokens=3))
     assert curve.mismatched == 1 and curve.num_speculative_tokens == 4
+
+
+@st.composite
+def requests(draw):
+    """(ts, per-position counts, verify_steps or None) for K = 3, some late, some very late."""
+    out, ts = [], 1000.0
+    for _ in range(draw(st.integers(1, 700))):
+        ts += draw(st.sampled_from([0.0, 0.5, 3.0, 20.0, 100.0]))
+        late = draw(st.sampled_from([0.0, 0.0, 0.0, 90.0, 5000.0]))
+        per_pos = tuple(sorted(draw(st.lists(st.integers(0, 9), min_size=3, max_size=3)),
+                               reverse=True))  # fmt: skip
+        out.append((ts - late, per_pos, draw(st.sampled_from([None, 3, 9]))))
+    return out
+
+
+@settings(max_examples=40)
+@given(requests())
+def test_window_sums_match_brute_force(reqs) -> None:
+    # counts wait per bucket to be summed in bulk: whenever they are, the sums are the window's
+    curve = PositionCurve(window=300, min_steps=1)
+    head, kept = None, []
+    for n, (ts, per_pos, steps) in enumerate(reqs):
+        drafted = 3 * (steps or 4)
+        event = replace(EVENT, ts=ts, accepted_per_position=per_pos, verify_steps=steps,
+                        drafted_tokens=drafted)  # fmt: skip
+        curve.update(event)
+        if n % 97 == 0:
+            assert curve.survival is not None  # a read sums what waits: nothing may change
+        i = math.floor(ts / 60)
+        head = i if head is None else max(head, i)
+        if i > head - 5:
+            kept.append((i, per_pos, steps if steps is not None else drafted / 3, drafted))
+    window = [k for k in kept if k[0] > head - 5]
+    totals = curve.snapshot()["ring"]["totals"]
+    assert totals[1:] == [
+        len(window), sum(k[3] for k in window), sum(sum(k[1]) for k in window),
+        *(sum(k[1][j] for k in window) for j in range(3)),
+    ]  # fmt: skip
+    assert totals[0] == pytest.approx(sum(k[2] for k in window))
+
+
+def test_a_list_changed_after_observe_is_counted_as_it_was() -> None:
+    curve = PositionCurve(min_steps=1)
+    counts = [5, 3, 1]
+    curve.observe(counts, 10, 0.0)
+    counts[0] = 500
+    assert curve.survival == [0.5, 0.3, 0.1]
 
 
 def test_insufficient_steps_give_no_knee() -> None:

@@ -53,3 +53,24 @@ def test_split_replay_raises_the_same_alerts(traffic: Path, tmp_path: Path) -> N
     with Store(one) as s1, Store(two) as s2:
         assert [a.to_json() for a in s1.alerts()] == [a.to_json() for a in s2.alerts()]
         assert len(s1.alerts()) == len(whole)
+
+
+def test_replay_writes_recommendations(traffic: Path, tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "recs.jsonl"
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    assert main(["replay", str(traffic), "--db", url, "--migrate", "--no-progress",
+                 "--recommendations", str(out)]) == 0
+    # one entry per segment; the tokenizer swap gave translation a second (foreign) draft
+    recs = {(r["labels"]["route"], r["labels"]["draft_model"]): r
+            for r in map(json.loads, out.read_text().splitlines())}
+    recs = {route: r for (route, draft), r in recs.items() if "qwen2.5-0.5b" not in draft
+            or route == "code-assistant"}
+    assert recs["code-assistant"]["recommendation"] == "on"
+    assert recs["code-assistant"]["evidence"]["rate"] > 0.7
+    assert recs["code-assistant"]["recommended_num_speculative_tokens"] >= 1
+    # translation runs at 0.35 under the default 0.40 break-even: turn it off
+    assert recs["translation"]["recommendation"] == "off"
+    assert main(["replay", str(traffic), "--db", url, "--no-progress",
+                 "--recommendations", "-"]) == 0
+    assert "speculation off  translation" in capsys.readouterr().out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from dataclasses import replace
 from functools import cache
@@ -11,7 +12,16 @@ import numpy as np
 import pytest
 
 from monitor.detect.exceptions import StateVersionError
-from monitor.detect.throughput import ThroughputMonitor, binom_sf, fit_batch_factor
+from monitor.detect.throughput import (
+    _FIXED,
+    _TPUT,
+    ThroughputMonitor,
+    _skip_z2,
+    _surely_not_below,
+    _z_upper,
+    binom_sf,
+    fit_batch_factor,
+)
 from monitor.simulate import DEFAULT_ROUTES, Simulator, scenario_config
 from monitor.telemetry.event import Event
 from monitor.telemetry.parse import event_from_obj
@@ -116,6 +126,70 @@ def test_sign_test_against_exact_binomial_sums() -> None:
     for n, p, k in [(30, 0.5, 21), (50, 0.25, 20), (200, 0.25, 70), (12, 0.5, 3)]:
         exact = sum(comb(n, j) * p**j * (1 - p) ** (n - j) for j in range(k, n + 1))
         assert binom_sf(k, n, p) == pytest.approx(exact, rel=1e-9)
+
+
+@pytest.mark.parametrize("p", [0.5, 0.25, 0.1, 0.75, 0.02])
+@pytest.mark.parametrize("level", [0.005, 0.01, 0.05])
+def test_the_pre_tests_never_skip_a_significant_count(p: float, level: float) -> None:
+    # what _decide skips without summing must never be under the level (with room to spare)
+    quick = _skip_z2(level) * p * (1 - p) / 2
+    for n in [*range(1, 300), *range(300, 20_000, 997)]:
+        for k in range(math.floor(n * p) + 1, n + 1):
+            d = k - n * p
+            if d * d <= quick * n:
+                assert _surely_not_below(k, n, p, level)  # chi-square >= KL: implied
+            if not _surely_not_below(k, n, p, level):
+                break  # the bound only weakens from here as k grows
+            assert binom_sf(k, n, p) >= 1.5 * level
+
+
+class RuleAsWritten(ThroughputMonitor):
+    """The decision with no shortcut: every sum and every quantile on every event."""
+
+    def _decide(self) -> None:
+        t = self._ring.totals
+        n = int(t[_TPUT])
+        if n < self.min_requests:
+            return
+        assert self._baseline is not None
+        if not self._firing:
+            level = self.alpha / len(self.quantiles)
+            if not any(binom_sf(int(t[_FIXED + i]), n, q) < level
+                       for i, q in enumerate(self.quantiles)):  # fmt: skip
+                return
+            if self._error_z() > _z_upper(self.error_alpha):
+                return
+            self._firing = self.changed = True
+        else:
+            ratio = 1.0 - self.min_effect + self.hysteresis
+            for q, base in zip(self.quantiles, self._baseline["quantiles"], strict=True):
+                current = self._hist.quantile(q)
+                if current is None or current < ratio * base:
+                    return
+            self._firing = False
+            self.changed = True
+
+
+@pytest.mark.parametrize(
+    "name,incident,min_flips",
+    [
+        ("code-assistant", "eviction:route=code-assistant,at=1h,for=45m", 2),
+        ("chat", "acceptance_shift:route=chat,at=1h,factor=0.8,for=40m", 2),
+        ("chat", "error_spike:route=chat,at=1h,for=30m", 0),  # the gate holds it
+    ],
+)
+def test_decisions_are_those_of_the_rule_as_written(name: str, incident: str,
+                                                    min_flips: int) -> None:  # fmt: skip
+    events = simulate(name, (incident,))
+    kwargs = {"warmup": 900, "window": 300, "min_baseline": 100, "quantiles": (0.5, 0.25, 0.1)}
+    fast, slow = ThroughputMonitor(**kwargs), RuleAsWritten(**kwargs)
+    flips = 0
+    for e in events:
+        fast.update(e)
+        slow.update(e)
+        assert (fast.firing, fast.changed) == (slow.firing, slow.changed)
+        flips += fast.changed
+    assert flips >= min_flips
 
 
 def test_batch_factor_fit_recovers_a_linear_step_cost() -> None:

@@ -1,0 +1,202 @@
+"""The event-time windows against brute force: fast paths, late events, deferred work, state."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from monitor.detect.windows import _BIN_EVERY, BucketRing, SlidingHistogram, ThinnedSample
+
+WINDOW, BUCKET = 300.0, 60.0
+SIZE = 5  # buckets in the window
+
+
+STEPS = st.tuples(
+    st.sampled_from(["next", "next", "next", "same", "late", "very_late", "gap"]),
+    st.floats(0.0, 1.0),
+    st.integers(0, 50),
+    st.integers(0, 9),
+)
+
+
+def _times(steps: list[tuple[str, float, int, int]]) -> list[tuple[float, int, int]]:
+    ts, out = 1000.0, []
+    for kind, u, a, b in steps:
+        if kind == "next":
+            ts += 30.0 * u
+        elif kind == "gap":
+            ts += 60.0 + 840.0 * u
+        late = {"late": 250.0 * u, "very_late": 2000.0}.get(kind, 0.0)
+        out.append((ts - late, a, b))
+    return out
+
+
+def streams(max_size: int = 300) -> st.SearchStrategy[list[tuple[float, int, int]]]:
+    """Event times mostly in order, with late ones (inside the window and beyond) and gaps."""
+    lengths = st.integers(1, max_size)
+    return lengths.flatmap(lambda n: st.lists(STEPS, min_size=n, max_size=n)).map(_times)
+
+
+def in_window(times: list[float]) -> tuple[list[int], int]:
+    """Which events the window holds after ``times`` (indices) and how many were dropped."""
+    kept, head, dropped = [], None, 0
+    for n, ts in enumerate(times):
+        i = math.floor(ts / BUCKET)
+        head = i if head is None else max(head, i)
+        if i <= head - SIZE:
+            dropped += 1
+        else:
+            kept.append(n)
+    assert head is not None
+    return [n for n in kept if math.floor(times[n] / BUCKET) > head - SIZE], dropped
+
+
+@given(streams())
+def test_bucket_ring_totals_are_the_window_sums(events) -> None:
+    slow, fast = BucketRing(WINDOW, BUCKET, 3), BucketRing(WINDOW, BUCKET, 3)
+    for ts, a, b in events:
+        slow.add(ts, (1, a, b))
+        bucket = fast.slot(ts)  # the detectors' way: the caller adds the fields
+        if bucket is not None:
+            for j, v in enumerate((1, a, b)):
+                bucket[j] += v
+                fast.sums[j] += v
+    kept, dropped = in_window([ts for ts, _, _ in events])
+    expected = (len(kept), sum(events[n][1] for n in kept), sum(events[n][2] for n in kept))
+    assert slow.totals == fast.totals == expected
+    assert slow.dropped == fast.dropped == dropped
+    assert slow.snapshot() == fast.snapshot()
+
+
+@given(streams(), st.integers(0, 300))
+def test_bucket_ring_restores_mid_stream(events, cut) -> None:
+    a = BucketRing(WINDOW, BUCKET, 2)
+    for ts, x, _ in events[:cut]:
+        a.add(ts, (1, x))
+    b = BucketRing.restore(json.loads(json.dumps(a.snapshot())))
+    assert b.snapshot() == a.snapshot()
+    for ts, x, _ in events[cut:]:
+        assert a.add(ts, (1, x)) == b.add(ts, (1, x))
+        assert a.totals == b.totals
+    assert a.snapshot() == b.snapshot()
+
+
+def test_bucket_ring_float_totals_restore_bit_for_bit() -> None:
+    a = BucketRing(WINDOW, BUCKET, 1)
+    for i in range(500):
+        a.add(7.3 * i, (i / 7,))
+    b = BucketRing.restore(json.loads(json.dumps(a.snapshot())))
+    for i in range(500, 900):
+        a.add(7.3 * i, (i / 7,))
+        b.add(7.3 * i, (i / 7,))
+        assert a.totals == b.totals
+
+
+def test_bucket_ring_advance_alone_and_bad_width() -> None:
+    ring = BucketRing(WINDOW, BUCKET, 1)
+    ring.add(0.0, (1,))
+    ring.advance(400.0)  # nothing counted, the window moved on
+    assert ring.totals == (0,) and ring.oldest == 2
+    assert ring.slot(399.0) is not None and ring.slot(60.0) is None and ring.dropped == 1
+    with pytest.raises(ValueError):
+        ring.add(400.0, (1, 2))
+
+
+# -- SlidingHistogram --------------------------------------------------------------------------
+
+
+def reference_bins(h: SlidingHistogram, values: list[float]) -> dict[int, int]:
+    bins: dict[int, int] = {}
+    for v in values:
+        bins[h.key(v)] = bins.get(h.key(v), 0) + 1
+    return bins
+
+
+def reference_quantile(h: SlidingHistogram, values: list[float], q: float) -> float | None:
+    bins = reference_bins(h, values)
+    if not values:
+        return None
+    rank, seen = q * (len(values) - 1), 0
+    for key in sorted(bins):
+        seen += bins[key]
+        if seen > rank:
+            return h.value(key)
+    raise AssertionError("unreachable")
+
+
+@settings(max_examples=50)
+@given(streams(max_size=600), st.sampled_from([None, 5, 1]))
+def test_histogram_matches_brute_force(events, read_every) -> None:
+    h = SlidingHistogram(WINDOW, BUCKET)
+    tracked = SlidingHistogram(WINDOW, BUCKET)  # tracks a bin from the start: values bin at once
+    probe = h.key(20.0)
+    tracked.count_below(probe)
+    values: list[tuple[float, float]] = []
+    for n, (ts, a, b) in enumerate(events):
+        x = a + b / 10.0  # zeros too: the bin under every positive one
+        assert h.add(ts, x) == tracked.add(ts, x)
+        values.append((ts, x))
+        if read_every and n % read_every == 0:
+            h.quantile(0.5)  # reads bin the pending values early: nothing may change
+    kept, _ = in_window([ts for ts, _ in values])
+    window = [values[n][1] for n in kept]
+    for hist in (h, tracked):
+        assert hist.count == len(window)
+        assert hist.bins() == reference_bins(hist, window)
+        for q in (0.0, 0.25, 0.5, 1.0):
+            assert hist.quantile(q) == reference_quantile(hist, window, q)
+        assert hist.count_below(probe) == sum(1 for x in window if hist.key(x) < probe)
+    assert h.snapshot() == tracked.snapshot()
+
+
+def test_histogram_keeps_pending_values_bounded_and_in_order() -> None:
+    h = SlidingHistogram(WINDOW, BUCKET)
+    eager = SlidingHistogram(WINDOW, BUCKET)
+    for i in range(3 * _BIN_EVERY + 7):  # one busy bucket
+        v = 50.0 + (i * 37) % 101
+        h.add(1.0, v)
+        eager.add(1.0, v)
+        eager.bins()  # binned on arrival
+        assert len(h._pending) < _BIN_EVERY
+    assert h.snapshot() == eager.snapshot()  # same bins, same order within the bucket
+
+
+@given(streams(max_size=400), st.integers(0, 400))
+def test_histogram_restores_mid_stream(events, cut) -> None:
+    a = SlidingHistogram(WINDOW, BUCKET)
+    for ts, x, _ in events[:cut]:
+        a.add(ts, float(x))
+    b = SlidingHistogram.restore(json.loads(json.dumps(a.snapshot())))
+    assert b.snapshot() == a.snapshot()
+    for ts, x, _ in events[cut:]:
+        a.add(ts, float(x))
+        b.add(ts, float(x))
+    assert a.quantile(0.3) == b.quantile(0.3) and a.snapshot() == b.snapshot()
+
+
+def test_histogram_tracking_follows_expiry_and_untrack() -> None:
+    h = SlidingHistogram(WINDOW, BUCKET)
+    low = h.key(10.0)
+    for i in range(20):
+        h.add(10.0 * i, 5.0 if i % 2 else 50.0)
+    assert h.count_below(low) == 10
+    h.add(1000.0, 1.0)  # everything before fell out of the window
+    assert h.count_below(low) == 1 and h.count == 1
+    h.untrack()
+    h.add(1001.0, 2.0)
+    assert h.count_below(low) == 2  # counted again from the bins
+
+
+# -- ThinnedSample -----------------------------------------------------------------------------
+
+
+def test_thinned_sample_round_trip() -> None:
+    s = ThinnedSample(capacity=8)
+    for i in range(100):
+        s.add((i, float(i)))
+    again = ThinnedSample.restore(json.loads(json.dumps(s.snapshot())))
+    assert again.items == s.items and again.stride == s.stride == 16
