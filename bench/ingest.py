@@ -42,8 +42,8 @@ from monitor.config import (  # noqa: E402
     KafkaConfig,
     StoreConfig,
 )
-from monitor.detect.engine import Detection  # noqa: E402
 from monitor.deadletter import CountingDeadLetter  # noqa: E402
+from monitor.detect.engine import Detection  # noqa: E402
 from monitor.metrics import IngestMetrics  # noqa: E402
 from monitor.pipeline import Pipeline  # noqa: E402
 from monitor.simulate import KafkaWriter, Simulator, scenario_config, write_file  # noqa: E402

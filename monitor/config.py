@@ -31,8 +31,16 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from monitor.durations import parse_duration
 from monitor.exceptions import ConfigError
 
-__all__ = ["Config", "CostModelConfig", "DetectionConfig", "IngestConfig", "KafkaConfig", "StoreConfig", "load_config",
-           "parse_duration"]
+__all__ = [
+    "Config",
+    "CostModelConfig",
+    "DetectionConfig",
+    "IngestConfig",
+    "KafkaConfig",
+    "StoreConfig",
+    "load_config",
+    "parse_duration",
+]
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 

@@ -51,7 +51,8 @@ def render(recent: Mapping[SeriesKey, BucketStats], total: Mapping[SeriesKey, Bu
             f"{key.route[:18]:<18} {pair[:44]:<44} {key.num_speculative_tokens:>2} "
             f"{r.requests:>7} {_fmt(r.acceptance_rate, '.3f'):>7} "
             f"{_fmt(t.acceptance_rate, '.3f'):>7} {_fmt(no_draft, '.1%'):>8} "
-            f"{_fmt(r.ttft_ms.quantile(0.5), '.0f'):>7}ms {_fmt(r.ttft_ms.quantile(0.99), '.0f'):>7}ms "
+            f"{_fmt(r.ttft_ms.quantile(0.5), '.0f'):>7}ms "
+            f"{_fmt(r.ttft_ms.quantile(0.99), '.0f'):>7}ms "
             f"{_fmt(r.decode_tps.quantile(0.5), '.1f'):>9}"
         )
     return "\n".join(lines)

@@ -37,7 +37,9 @@ NEG_INF = float("-inf")
 
 class CheckpointStore(Protocol):
     def commit(self, cp: Checkpoint) -> None: ...
-    def load_partitions(self, source: str, partitions: Iterable[int]) -> dict[int, PartitionState]: ...
+    def load_partitions(
+        self, source: str, partitions: Iterable[int]
+    ) -> dict[int, PartitionState]: ...
     def load_state(self, source: str, prefix: str = "") -> dict[str, Any]: ...
 
 
@@ -280,7 +282,9 @@ class Pipeline:
             origin["key"] = key.decode("utf-8", "replace")
         return origin
 
-    def _reject(self, rejections: list[Rejection], origin: dict[str, Any], *, invalid: bool) -> None:
+    def _reject(
+        self, rejections: list[Rejection], origin: dict[str, Any], *, invalid: bool
+    ) -> None:
         if invalid:
             self.summary.invalid += len(rejections)
             self.metrics.invalid_events.inc(len(rejections))

@@ -7,7 +7,7 @@ import json
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 

@@ -504,7 +504,8 @@ def _metadata_summary(rule: str, state: str, labels: dict[str, str], ev: dict[st
 
 def _jsonable(data: Any) -> Any:
     """Plain JSON types (numpy scalars and tuples appear in detector evidence)."""
-    return orjson.loads(orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS))
+    options = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+    return orjson.loads(orjson.dumps(data, option=options))
 
 
 __all__ = ["Detection", "Route", "Segment", "temperature_bucket"]

@@ -16,12 +16,12 @@ from sqlalchemy import (
     Float,
     ForeignKey,
     Index,
-    UniqueConstraint,
     Integer,
     LargeBinary,
     MetaData,
     String,
     Table,
+    UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 

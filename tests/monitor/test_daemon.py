@@ -132,7 +132,7 @@ def kill_and_restart(cfg_path: Path, config: Config, store: Store,
         # A random point: somewhere between the first checkpoint and the end of the
         # backlog, plus a random extra moment so the kill can land mid-transaction.
         target = before + rng.randint(1, max(1, messages - before - 1))
-        wait_for(lambda t=target: stored_offsets(store, config) >= t or daemon.poll(),
+        wait_for(lambda t=target, d=daemon: stored_offsets(store, config) >= t or d.poll(),
                  timeout=120, what=f"progress to {target} before kill {kill + 1}")
         assert daemon.poll() is None, daemon.stderr.read().decode()[-2000:]
         threading.Event().wait(rng.random() * 0.3)
@@ -194,7 +194,9 @@ def test_kill_9_alerts_equal_an_uninterrupted_replay(
         replayed = [a.to_json() for a in store.alerts()]
     assert {a["rule"] for a in replayed} >= {"acceptance_drop", "tokenizer_mismatch",
                                              "memory_contention"}
-    key = (lambda a: (a["at"], a["fingerprint"], a["state"]))
+    def key(a: dict[str, Any]) -> tuple[str, str, str]:
+        return (a["at"], a["fingerprint"], a["state"])
+
     assert sorted(live, key=key) == sorted(replayed, key=key)
 
 
