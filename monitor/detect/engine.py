@@ -42,6 +42,7 @@ ENGINE_KEY = "detect/engine"
 ROUTE_PREFIX = "detect/route/"
 SEGMENT_PREFIX = "detect/segment/"
 TICK_EVERY = 60.0  # event-time seconds between staleness and idle-pair sweeps
+SEGMENT_ID_CACHE = 65536
 
 
 def temperature_bucket(t: float | None, edges: Iterable[float]) -> str:
@@ -62,6 +63,10 @@ def temperature_bucket(t: float | None, edges: Iterable[float]) -> str:
 
 def _key_id(parts: Iterable[Any]) -> str:
     return hashlib.sha256(orjson.dumps(list(parts))).hexdigest()[:24]
+
+
+def _ts_or_never(value: float | None) -> float:
+    return float("-inf") if value is None else float(value)
 
 
 def _when(ts: float) -> datetime:
@@ -183,10 +188,8 @@ class Detection:
         engine = states.get(ENGINE_KEY)
         if engine is not None:
             require_version(engine, "engine", 1)
-            self._max_ts = float(engine["max_ts"]) if engine["max_ts"] is not None else float(
-                "-inf")
-            self._last_tick = (float(engine["last_tick"]) if engine["last_tick"] is not None
-                               else float("-inf"))
+            self._max_ts = _ts_or_never(engine["max_ts"])
+            self._last_tick = _ts_or_never(engine["last_tick"])
         for key, data in states.items():
             if key.startswith(ROUTE_PREFIX):
                 route = Route.restore(data)
@@ -253,6 +256,8 @@ class Detection:
                      e.num_speculative_tokens, t)
             seg_id = ids.get(parts)
             if seg_id is None:
+                if len(ids) >= SEGMENT_ID_CACHE:
+                    ids.clear()  # a cache: raw temperatures may take many values
                 seg_id = ids[parts] = self._segment_id(e, temperature_bucket(t, edges))
             segment = segments.get(seg_id)
             if segment is None:
