@@ -71,14 +71,20 @@ def main() -> None:
     batches = [orjson.dumps(events[i : i + BATCH]) for i in range(0, N_EVENTS, BATCH)]
     lines = [b"\n".join(singles[i : i + BATCH]) for i in range(0, N_EVENTS, BATCH)]
     parser = Parser()
+    slow = Parser(fast=False)
     found, rejected = parser.parse(batches[0])
     assert len(found) == BATCH and not rejected, rejected
+    assert slow.parse(batches[0]) == (found, rejected)
     size = sum(map(len, singles)) / len(singles)
     print(f"mean event size {size:.0f} bytes, {BATCH} events per batch, best of 5")
     print(f"orjson.loads only, batched  : {rate(batches, BATCH, orjson.loads):>10,.0f} events/s")
     print(f"Parser.parse, batched       : {rate(batches, BATCH, parser.parse):>10,.0f} events/s")
     print(f"Parser.parse, single events : {rate(singles, 1, parser.parse):>10,.0f} events/s")
     print(f"Parser.parse, JSON lines    : {rate(lines, BATCH, parser.parse):>10,.0f} events/s")
+    print("without the msgspec fast path (Parser(fast=False)):")
+    print(f"Parser.parse, batched       : {rate(batches, BATCH, slow.parse):>10,.0f} events/s")
+    print(f"Parser.parse, single events : {rate(singles, 1, slow.parse):>10,.0f} events/s")
+    print(f"Parser.parse, JSON lines    : {rate(lines, BATCH, slow.parse):>10,.0f} events/s")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,12 @@
 The validator is deliberately straight-line code: parsing is the largest share of ingest cost,
 so it avoids per-field helper calls on the happy path and only builds reason strings (through
 the ``_*_problem`` helpers) once something is already wrong.
+
+A fast path runs first: msgspec decodes and type-checks the whole message against the Structs
+in ``schema.py`` and ``_fast_event`` applies the cross-field rules. If anything in the message
+fails there, the message (or, for JSON lines, the line) is parsed again the slow way, by orjson
+and ``event_from_obj``, which stays the single source of truth for rejections and their reasons.
+``tests/monitor/telemetry/test_fast_parse.py`` checks that both paths give identical results.
 """
 
 from __future__ import annotations
@@ -11,11 +17,14 @@ import math
 import re
 from dataclasses import fields
 from datetime import datetime
+from typing import Any
 
 import orjson
 
 from monitor.telemetry.event import STATUSES, Event, Rejection
 from monitor.telemetry.exceptions import InvalidEvent
+from monitor.telemetry.schema import RawEvent
+from monitor.telemetry.schema import decode_message as _fast_decode
 
 __all__ = ["Parser", "event_from_obj"]
 
@@ -74,12 +83,14 @@ class Parser:
     [(1, 'e2e_ms must be >= 0 (got -1)')]
     """
 
-    __slots__ = ("max_message_bytes",)
+    __slots__ = ("max_message_bytes", "fast")
 
-    def __init__(self, max_message_bytes: int = 1 << 20) -> None:
+    def __init__(self, max_message_bytes: int = 1 << 20, *, fast: bool = True) -> None:
+        """``fast=False`` turns the msgspec fast path off (same results, slower)."""
         if max_message_bytes < 1:
             raise ValueError(f"max_message_bytes must be >= 1, got {max_message_bytes}")
         self.max_message_bytes = max_message_bytes
+        self.fast = fast
 
     def parse(self, raw: bytes) -> tuple[list[Event], list[Rejection]]:
         """Valid events and rejections (with reasons) of one message."""
@@ -96,13 +107,17 @@ class Parser:
         if size > self.max_message_bytes:
             reason = f"message too large: {size} bytes > limit {self.max_message_bytes}"
             return [], [Rejection(reason, raw)]
+        if self.fast:
+            fast = _fast_parse(raw)
+            if fast is not None:
+                return fast, []
         try:
             doc = _loads(raw)
         except _JSONDecodeError as exc:
             if not raw.strip():
                 return [], [Rejection("empty message", raw)]
             if b"\n" in raw:
-                events, rejections, any_container = _parse_lines(raw)
+                events, rejections, any_container = _parse_lines(raw, self.fast)
                 if any_container:
                     return events, rejections
             # not JSON lines either (say, a truncated pretty-printed object): one rejection,
@@ -119,7 +134,7 @@ class Parser:
             return [], [Rejection(reason, raw)]
 
 
-def _parse_lines(raw: bytes) -> tuple[list[Event], list[Rejection], bool]:
+def _parse_lines(raw: bytes, fast: bool = False) -> tuple[list[Event], list[Rejection], bool]:
     """Events and rejections of JSON lines, and whether any line was a JSON object or array.
 
     A lone number is no evidence of JSON lines: a pretty-printed array has such lines.
@@ -130,6 +145,12 @@ def _parse_lines(raw: bytes) -> tuple[list[Event], list[Rejection], bool]:
     for number, line in enumerate(raw.split(b"\n")):
         if not line.strip():
             continue
+        if fast:
+            found = _fast_parse(line)
+            if found is not None:  # the line was an event or a batch of valid events
+                any_container = True
+                events += found
+                continue
         try:
             doc = _loads(line)
         except _JSONDecodeError as exc:
@@ -392,6 +413,152 @@ def event_from_obj(obj: object) -> Event:
         nst, drafted, accepted, verify_steps, per_position, method, prompt_tokens, ttft_ms,
         batch_size, instance, engine, draft_evicted, temperature,
     )  # fmt: skip
+
+
+# --- fast path ------------------------------------------------------------------------------
+
+
+def _fast_parse(raw: bytes) -> list[Event] | None:
+    """All events of a message that is one valid event or a batch of only valid events.
+
+    ``None`` means "take the slow path": the message does not decode into the Structs of
+    ``schema.py``, or one of its events breaks a rule that only ``_fast_event`` checks. It
+    never raises: whatever goes wrong here, the slow path gets to say why.
+    """
+    try:
+        doc = _fast_decode(raw)
+        if type(doc) is list:
+            events = []
+            add = events.append
+            for item in doc:
+                event = _fast_event(item)
+                if event is None:
+                    return None
+                add(event)
+            return events
+        event = _fast_event(doc)
+        return None if event is None else [event]
+    except Exception:  # msgspec.DecodeError, RecursionError, ...: the slow path names it
+        return None
+
+
+def _fast_event(raw: RawEvent) -> Event | None:
+    """The Event for a decoded ``RawEvent``, or ``None`` if it breaks any rule of
+    ``event_from_obj`` that the Struct constraints do not cover.
+
+    Types, lengths and ranges were checked by msgspec (schema.py mirrors the limits above);
+    this checks ts, status, the cross-field rules and ``spec.params`` and builds the Event
+    exactly as ``event_from_obj`` does.
+    """
+    raw_ts = raw.ts
+    kind = type(raw_ts)
+    if kind is str:
+        if (
+            raw_ts[4:17:3] == "--T::"
+            and raw_ts[-1] == "Z"
+            and (len(raw_ts) == 20 or len(raw_ts) > 21 and raw_ts[19] == ".")
+        ):
+            try:
+                ts = _fromisoformat(raw_ts).timestamp()
+            except (ValueError, OverflowError):
+                ts = _read_rfc3339(raw_ts)
+        else:
+            ts = _read_rfc3339(raw_ts)
+        if ts is None:
+            return None
+    elif kind is float:
+        ts = raw_ts
+    elif kind is int and TS_MIN <= raw_ts < TS_MAX:
+        ts = float(raw_ts)
+    else:
+        return None
+    if not TS_MIN <= ts < TS_MAX:
+        return None
+
+    status = raw.status
+    if status is None:
+        status = "ok"
+    elif status not in STATUSES:
+        return None
+
+    draft = raw.draft
+    if draft is None:
+        draft_model = draft_revision = draft_tokenizer = pinned = None
+    else:
+        draft_model = draft.model
+        draft_revision = draft.revision
+        draft_tokenizer = draft.tokenizer
+        pinned = draft.pinned_target_revision
+
+    spec = raw.spec
+    if spec is None:
+        has_spec = False
+        nst = drafted = accepted = 0
+        verify_steps = per_position = method = None
+    else:
+        has_spec = True
+        nst = spec.num_speculative_tokens
+        drafted = spec.drafted_tokens
+        accepted = spec.accepted_tokens
+        if accepted > drafted:
+            return None
+        verify_steps = spec.verify_steps
+        per_position = spec.accepted_per_position
+        if per_position is not None:
+            if len(per_position) != nst or sum(per_position) != accepted:
+                return None
+            per_position = tuple(per_position)
+        method = spec.method
+        params = spec.params
+        if params and not _plain_params(params, 0):
+            return None
+
+    e2e_ms = raw.e2e_ms
+    ttft_ms = raw.ttft_ms
+    if ttft_ms is not None and ttft_ms > e2e_ms:
+        return None
+    draft_evicted = raw.draft_evicted
+    if draft_evicted is None:
+        draft_evicted = False
+
+    target = raw.target
+    return Event(
+        raw.request_id, ts, raw.route, status, target.model, target.revision, target.tokenizer,
+        raw.output_tokens, e2e_ms, draft_model, draft_revision, draft_tokenizer, pinned,
+        has_spec, nst, drafted, accepted, verify_steps, per_position, method,
+        raw.prompt_tokens, ttft_ms, raw.batch_size, raw.instance, raw.engine, draft_evicted,
+        raw.temperature,
+    )  # fmt: skip
+
+
+_INT_LOW = -(2**63)  # orjson reads integers outside [-2**63, 2**64) as floats
+_INT_HIGH = 2**64
+_PARAMS_MAX_DEPTH = 8
+
+
+def _plain_params(value: dict[str, Any] | list[Any], depth: int) -> bool:
+    """Whether orjson surely reads ``spec.params`` (decoded by msgspec) without error.
+
+    ``params`` is the one place msgspec decodes untyped JSON, where its number and depth limits
+    differ from orjson's (orjson fails on integers beyond a double, msgspec keeps them as ints;
+    depth limits hang on the recursion limit). Only small plain values stay on the fast path.
+    """
+    if depth >= _PARAMS_MAX_DEPTH:
+        return False
+    for item in value.values() if type(value) is dict else value:
+        kind = type(item)
+        if kind is int:
+            if not _INT_LOW <= item < _INT_HIGH:
+                return False
+        elif kind is float:
+            if not -1e308 < item < 1e308:
+                return False
+        elif kind is dict or kind is list:
+            if not _plain_params(item, depth + 1):
+                return False
+        elif kind is not str and kind is not bool and item is not None:
+            return False
+    return True
 
 
 def _ts_slow(text: str) -> float:
