@@ -19,6 +19,7 @@ unbounded snapshot).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any, Self
 
 from river import drift
@@ -29,7 +30,7 @@ DROP = "drop"
 RISE = "rise"
 
 
-class _RiverAdapter:
+class _RiverAdapter(ABC):
     """Shared machinery: input log, re-feeding, direction and the changed state."""
 
     KIND = ""
@@ -47,8 +48,9 @@ class _RiverAdapter:
 
     # -- subclass hooks ----------------------------------------------------------------------
 
+    @abstractmethod
     def _new_river(self) -> Any:
-        raise NotImplementedError
+        """A fresh river detector with this adapter's parameters."""
 
     def _split(self) -> tuple[float, float] | None:
         """(mean before, mean after) the change the river detector just flagged.

@@ -53,7 +53,7 @@ def _canon(result: tuple[list[Event], list[Rejection]]) -> tuple[list[Any], list
     return canon, rejections
 
 
-def assert_same(raw: bytes) -> tuple[list[Event], list[Rejection]]:
+def check_same(raw: bytes) -> tuple[list[Event], list[Rejection]]:
     fast = FAST.parse(raw)
     slow = SLOW.parse(raw)
     assert _canon(fast) == _canon(slow), raw
@@ -94,12 +94,12 @@ def test_valid_events_take_the_fast_path(event: dict[str, Any]) -> None:
     assert _canon((fast, [])) == _canon(SLOW.parse(raw))
     batch = orjson.dumps([event, event])
     assert _fast_parse(batch) is not None
-    assert_same(batch)
+    check_same(batch)
 
 
 def test_the_bad_input_corpus_gives_the_same_results() -> None:
     for bad in bad_input_corpus():
-        assert_same(bad.message)
+        check_same(bad.message)
 
 
 def _with(literal: bytes, field: str) -> bytes:
@@ -161,7 +161,7 @@ def _with(literal: bytes, field: str) -> bytes:
     ],
 )  # fmt: skip
 def test_known_decoder_differences(raw: bytes, valid: int) -> None:
-    events, _ = assert_same(raw)
+    events, _ = check_same(raw)
     assert len(events) == valid
 
 
@@ -215,8 +215,8 @@ def test_edge_values_give_the_same_results() -> None:
     accepted = 0
     for event in _edge_cases():
         raw = _dumps(event)
-        events, _ = assert_same(raw)
-        assert_same(b"[" + raw + b"," + raw + b"]")
+        events, _ = check_same(raw)
+        check_same(b"[" + raw + b"," + raw + b"]")
         if events and _known_fields_only(event):
             accepted += 1
             assert _fast_parse(raw) is not None, raw
@@ -464,7 +464,7 @@ def messages(draw: st.DrawFn) -> bytes:
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])  # fmt: skip
 @given(messages())
 def test_fast_path_equals_slow_path(raw: bytes) -> None:
-    assert_same(raw)
+    check_same(raw)
 
 
 @settings(max_examples=EXAMPLES, deadline=None,
@@ -472,7 +472,7 @@ def test_fast_path_equals_slow_path(raw: bytes) -> None:
 @given(st.lists(random_events(), min_size=1, max_size=4))
 def test_fast_path_equals_slow_path_on_plain_batches(batch: list[Any]) -> None:
     raw = _dumps(batch)
-    fast = assert_same(raw)
+    fast = check_same(raw)
     # the fast path is no dead code: a message without unknown fields whose events are all valid
     # is decoded by it (all-valid batches are common in this strategy)
     if not fast[1] and all(_known_fields_only(e) for e in batch):
@@ -501,7 +501,7 @@ def _known_fields_only(event: Any) -> bool:
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(st.binary(max_size=200))
 def test_fast_path_equals_slow_path_on_bytes(raw: bytes) -> None:
-    assert_same(raw)
+    check_same(raw)
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
@@ -509,5 +509,5 @@ def test_fast_path_equals_slow_path_on_bytes(raw: bytes) -> None:
        st.sampled_from([b"", b"\n"]))  # fmt: skip
 def test_fast_path_equals_slow_path_on_corrupted_events(at: int, junk: bytes, end: bytes) -> None:
     good = orjson.dumps(valid_event())
-    assert_same(good[:at] + junk + good[at:] + end)
-    assert_same(good[:at] + good[at + len(junk):])
+    check_same(good[:at] + junk + good[at:] + end)
+    check_same(good[:at] + good[at + len(junk):])
