@@ -229,19 +229,9 @@ def event_from_obj(obj: object) -> Event:
     raw_ts = get("ts")
     kind = type(raw_ts)
     if kind is str:
-        # Fast path for the usual "2026-11-02T14:03:07[.fff]Z"; given that shape, fromisoformat
-        # only succeeds on RFC 3339 (tests check this). Anything else takes the regex.
-        if (
-            raw_ts[4:17:3] == "--T::"
-            and raw_ts[-1] == "Z"
-            and (len(raw_ts) == 20 or len(raw_ts) > 21 and raw_ts[19] == ".")
-        ):
-            try:
-                ts = _fromisoformat(raw_ts).timestamp()
-            except (ValueError, OverflowError):
-                ts = _ts_slow(raw_ts)
-        else:
-            ts = _ts_slow(raw_ts)
+        ts = _read_ts_text(raw_ts)
+        if ts is None:
+            raise InvalidEvent(_ts_problem(raw_ts))
     elif kind is float:
         ts = raw_ts
     elif kind is int and TS_MIN <= raw_ts < TS_MAX:
@@ -453,17 +443,7 @@ def _fast_event(raw: RawEvent) -> Event | None:
     raw_ts = raw.ts
     kind = type(raw_ts)
     if kind is str:
-        if (
-            raw_ts[4:17:3] == "--T::"
-            and raw_ts[-1] == "Z"
-            and (len(raw_ts) == 20 or len(raw_ts) > 21 and raw_ts[19] == ".")
-        ):
-            try:
-                ts = _fromisoformat(raw_ts).timestamp()
-            except (ValueError, OverflowError):
-                ts = _read_rfc3339(raw_ts)
-        else:
-            ts = _read_rfc3339(raw_ts)
+        ts = _read_ts_text(raw_ts)
         if ts is None:
             return None
     elif kind is float:
@@ -561,11 +541,22 @@ def _plain_params(value: dict[str, Any] | list[Any], depth: int) -> bool:
     return True
 
 
-def _ts_slow(text: str) -> float:
-    ts = _read_rfc3339(text)
-    if ts is None:
-        raise InvalidEvent(_ts_problem(text))
-    return ts
+def _read_ts_text(text: str) -> float | None:
+    """Unix seconds of an RFC 3339 ``ts``, or ``None`` when it is not one.
+
+    Fast path for the usual "2026-11-02T14:03:07[.fff]Z": given that shape, fromisoformat
+    only succeeds on RFC 3339 (tests check this). Anything else takes the regex.
+    """
+    if (
+        text[4:17:3] == "--T::"
+        and text[-1] == "Z"
+        and (len(text) == 20 or len(text) > 21 and text[19] == ".")
+    ):
+        try:
+            return _fromisoformat(text).timestamp()
+        except (ValueError, OverflowError):
+            pass
+    return _read_rfc3339(text)
 
 
 def _read_rfc3339(text: str) -> float | None:
