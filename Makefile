@@ -3,7 +3,7 @@ VENV ?= .venv
 PYTHON ?= python3
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: demo test install bench
+.PHONY: demo test install bench system-packages
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,10 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/specwatch demo
 
-test: $(STAMP)
+system-packages:
+	scripts/system-packages
+
+test: $(STAMP) system-packages
 	$(VENV)/bin/python -m pytest
 
 bench: $(STAMP)

@@ -9,6 +9,7 @@ next start resumes from the last checkpoint.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -16,6 +17,10 @@ from datetime import UTC, datetime, timedelta
 from kafka import KafkaProducer
 from prometheus_client import CollectorRegistry
 
+from alerts.alerting import Alerting
+from alerts.delivery import DeliveryWorker, default_holder
+from alerts.metrics import AlertMetrics
+from alerts.sinks import build_sinks
 from monitor.config import Config
 from monitor.deadletter import KafkaDeadLetter
 from monitor.detect.engine import Detection
@@ -29,10 +34,11 @@ log = logging.getLogger(__name__)
 
 RETENTION_EVERY_S = 600.0
 TICK_EVERY_S = 15.0
+CONTROL_EVERY_S = 5.0  # how soon a silence or a baseline request takes effect
 
 
 class Application:
-    """specwatch's daemon: Kafka telemetry in, exact rollups out."""
+    """specwatch's daemon: Kafka telemetry in; exact rollups, decisions and alerts out."""
 
     def __init__(
         self,
@@ -40,6 +46,7 @@ class Application:
         *,
         registry: CollectorRegistry | None = None,
         store: Store | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.config = config
         # Refuses an unmigrated database before touching Kafka (NotMigratedError).
@@ -65,23 +72,39 @@ class Application:
         self.detection = (
             Detection(config.detection, clock="wall") if config.detection.enabled else None
         )
+        # Sink URLs and keys only ever come from the environment.
+        self.sinks = build_sinks(config.alerting, os.environ if env is None else env)
+        self.alert_metrics = AlertMetrics(self.registry, self.sinks)
+        holder = default_holder()
+        self.alerting = (
+            Alerting(config.alerting, self.sinks, self.alert_metrics)
+            if self.detection is not None else None
+        )
+        self.delivery = DeliveryWorker(
+            self.store.alerting, self.sinks, config.alerting, self.alert_metrics, holder=holder
+        )
         self.pipeline = Pipeline(
             self.store, source_id(kafka), config.ingest, self.metrics, dead_letter,
-            observer=self.detection,
+            observer=self.detection, alerting=self.alerting, on_outbox=[self.delivery.wake],
+            holder=holder,
         )
         self.source = KafkaSource(kafka, self.pipeline)
         self._stop = threading.Event()
         self._last_retention = 0.0
         self._last_tick = time.monotonic()
+        self._last_control = float("-inf")
 
     def run(self) -> None:
         log.info(
-            "specwatch consuming %s from %s into %s",
+            "specwatch consuming %s from %s into %s; alerts to %s",
             self.config.kafka.topic, self.config.kafka.bootstrap_servers, self.store.url,
+            ", ".join(self.sinks) or "no sink",
         )
+        self.delivery.start()
         try:
             while not self._stop.is_set():
                 self.source.poll_once()
+                self._maybe_control()
                 self._maybe_tick()
                 self._maybe_apply_retention()
         finally:
@@ -94,6 +117,7 @@ class Application:
         try:
             self.source.close()
         finally:
+            self.delivery.stop()
             self._producer.close(timeout=5)
             self.store.close()
 
@@ -101,10 +125,23 @@ class Application:
         now = time.monotonic()
         if self.detection is None or not self.detection.loaded:
             return
-        if now - self._last_tick < TICK_EVERY_S:
+        if now - self._last_tick < TICK_EVERY_S or not self.source.caught_up():
             return
         self._last_tick = now
         self.detection.tick(time.time())
+
+    def _maybe_control(self) -> None:
+        """Operator actions written by the CLI: silences and accepted baselines."""
+        now = time.monotonic()
+        if now - self._last_control < CONTROL_EVERY_S or self.alerting is None:
+            return
+        self._last_control = now
+        alerting = self.store.alerting
+        self.alerting.silences = alerting.silences(active_at=datetime.now(UTC))
+        for req in alerting.baseline_requests(pending_only=True):
+            if self.pipeline.accept_baseline(req.id, req.route):
+                log.info("new baseline accepted for route %s (request %d by %s: %s)",
+                         req.route, req.id, req.requested_by, req.reason)
 
     def _maybe_apply_retention(self) -> None:
         now = time.monotonic()

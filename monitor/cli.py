@@ -1,10 +1,12 @@
-"""The ``specwatch`` command: run, replay, ratios, simulate, db, demo."""
+"""The ``specwatch`` command: run, replay, ratios, simulate, db, demo, silence, baseline,
+alerts."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -85,7 +87,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_replay(args: argparse.Namespace) -> int:
     from prometheus_client import CollectorRegistry
 
+    from alerts.alerting import Alerting
+    from alerts.delivery import DeliveryWorker
+    from alerts.metrics import AlertMetrics
     from alerts.outfile import AlertsFile
+    from alerts.sinks import build_sinks
     from monitor.deadletter import CountingDeadLetter, FileDeadLetter
     from monitor.detect.engine import Detection
     from monitor.detect.report import recommendation_lines
@@ -103,13 +109,25 @@ def cmd_replay(args: argparse.Namespace) -> int:
     dead_letter = FileDeadLetter(args.dead_letter) if args.dead_letter else CountingDeadLetter()
     detection = Detection(config.detection, clock="event") if config.detection.enabled else None
     alerts_out = AlertsFile(args.alerts_out) if args.alerts_out else None
+    # A backtest pages no one: without --deliver no sink is even built.
+    sinks = build_sinks(config.alerting, os.environ) if args.deliver else {}
+    registry = CollectorRegistry()
+    alert_metrics = AlertMetrics(registry, sinks)
+    alerting = (Alerting(config.alerting, sinks, alert_metrics, deliver=args.deliver)
+                if detection is not None else None)
     pipeline = Pipeline(
-        store, args.source_id, config.ingest, IngestMetrics(CollectorRegistry()), dead_letter,
+        store, args.source_id, config.ingest, IngestMetrics(registry), dead_letter,
         observer=detection, on_alerts=[alerts_out.write] if alerts_out else None,
+        alerting=alerting,
     )
     started = time.monotonic()
     try:
         summary = replay(args.path, pipeline, progress=args.progress)
+        if args.deliver:
+            worker = DeliveryWorker(store.alerting, sinks, config.alerting, alert_metrics)
+            left = worker.drain(args.deliver_timeout)
+            print(f"delivered to {', '.join(sinks) or 'no sink'}; {left} notification(s) "
+                  f"still queued", file=sys.stderr)
     finally:
         dead_letter.close()
         store.close()
@@ -201,6 +219,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--migrate", action="store_true", help="apply migrations to the database first")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar (default: when stderr is a terminal)")
+    p.add_argument("--deliver", action="store_true",
+                   help="send the replay's notifications through the configured sinks (off by "
+                   "default: a backtest pages no one)")
+    p.add_argument("--deliver-timeout", type=parse_duration, default=300.0, metavar="DURATION",
+                   help="how long --deliver keeps retrying before leaving the rest queued")
     p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("ratios", help="query the historical ratio tables")
@@ -225,9 +248,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--refresh", type=parse_duration, default=2.0, help="table refresh interval")
     p.set_defaults(func=cmd_demo)
 
+    from monitor.cli_alerting import register as register_alerting
     from monitor.simulate.cli import register
 
     register(sub)
+    register_alerting(sub, with_config, _config)
     return parser
 
 

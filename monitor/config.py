@@ -19,6 +19,7 @@ come from the environment so the file can be checked in:
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import tomllib
 from collections.abc import Mapping
@@ -26,17 +27,27 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from monitor.durations import parse_duration
 from monitor.exceptions import ConfigError
 
 __all__ = [
+    "AlertingConfig",
     "Config",
     "CostModelConfig",
     "DetectionConfig",
     "IngestConfig",
     "KafkaConfig",
+    "LifecycleConfig",
     "StoreConfig",
     "load_config",
     "parse_duration",
@@ -122,11 +133,159 @@ class DetectionConfig(_Frozen):
     idle_pair_resolve: Duration = 1800.0
 
 
+SinkName = Literal["slack", "pagerduty", "alertmanager", "webhook", "log"]
+SINK_NAMES: tuple[str, ...] = ("slack", "pagerduty", "alertmanager", "webhook", "log")
+RULE_NAMES: tuple[str, ...] = (
+    "acceptance_drop", "below_breakeven", "throughput_drop", "revision_mismatch",
+    "tokenizer_mismatch", "memory_contention", "telemetry_stale", "speculation_inactive",
+    "acceptance_rise",
+)
+Severity = Literal["critical", "error", "warning", "info"]
+
+
+def _known_rules(rules: Any) -> Any:
+    for rule in rules:
+        if rule not in RULE_NAMES:
+            raise ValueError(f"unknown rule {rule!r} (known: {', '.join(RULE_NAMES)})")
+    return rules
+
+
+class RuleTimingConfig(_Frozen):
+    """Per-rule overrides of the lifecycle timings (unset: the lifecycle default)."""
+
+    min_firing: Duration | None = None
+    keep_firing_for: Duration | None = None
+    repeat_interval: Duration | None = None
+
+
+class LifecycleConfig(_Frozen):
+    """How condition changes become notifications (see ``alerts/lifecycle.py``).
+
+    ``min_firing``: a condition must hold this long (event time) before anyone is told;
+    one that clears sooner is never sent. ``keep_firing_for``: a cleared condition is only
+    announced resolved after staying clear this long; firing again within it continues the
+    same episode (the anti-flap hysteresis). ``group_wait``/``group_interval``: a group's
+    first notification waits for companions this long; later changes of a group with
+    alerts out are batched this often. ``repeat_interval``: reminders while still firing.
+    """
+
+    group_by: tuple[str, ...] = ("route",)
+    group_wait: Duration = 30.0
+    group_interval: Duration = 300.0
+    repeat_interval: Duration = 4 * 3600.0
+    min_firing: Duration = 0.0
+    keep_firing_for: Duration = 600.0
+    rules: dict[str, RuleTimingConfig] = Field(default_factory=dict)
+
+    @field_validator("rules")
+    @classmethod
+    def _rules_known(cls, v: dict[str, RuleTimingConfig]) -> dict[str, RuleTimingConfig]:
+        return _known_rules(v)  # type: ignore[no-any-return]
+
+    @field_validator("group_by")
+    @classmethod
+    def _route_in_group(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if "route" not in v:
+            raise ValueError("group_by must include 'route'")
+        return v
+
+    def timing(self, rule: str) -> tuple[float, float, float]:
+        """(min_firing, keep_firing_for, repeat_interval) in force for ``rule``."""
+        o = self.rules.get(rule) or RuleTimingConfig()
+        return (
+            self.min_firing if o.min_firing is None else o.min_firing,
+            self.keep_firing_for if o.keep_firing_for is None else o.keep_firing_for,
+            self.repeat_interval if o.repeat_interval is None else o.repeat_interval,
+        )
+
+
+class SinkFilter(_Frozen):
+    """Which alerts one sink receives: empty ``rules``/``severities`` mean all."""
+
+    enabled: bool = True
+    rules: tuple[str, ...] = ()
+    severities: tuple[Severity, ...] = ()
+
+    @field_validator("rules")
+    @classmethod
+    def _rules_known(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return _known_rules(v)  # type: ignore[no-any-return]
+
+    def admits(self, rule: str, severity: str) -> bool:
+        return (self.enabled and (not self.rules or rule in self.rules)
+                and (not self.severities or severity in self.severities))
+
+
+class RouteOverride(_Frozen):
+    """Filters that replace the defaults for routes matching ``routes`` (globs)."""
+
+    routes: tuple[str, ...] = Field(min_length=1)
+    routing: dict[SinkName, SinkFilter]
+
+
+class SlackConfig(_Frozen):
+    min_interval: Duration = 1.0
+
+
+class PagerDutyConfig(_Frozen):
+    source: str = "specwatch"
+    # Rules announced as change events (no page), e.g. a model revision that moved.
+    change_event_rules: tuple[str, ...] = ("revision_mismatch",)
+    severity_map: dict[Severity, Severity] = Field(default_factory=dict)
+    min_interval: Duration = 0.5  # PagerDuty allows ~120 events/min per integration key
+
+    @field_validator("change_event_rules")
+    @classmethod
+    def _rules_known(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return _known_rules(v)  # type: ignore[no-any-return]
+
+
+class AlertmanagerConfig(_Frozen):
+    resend_interval: Duration = 60.0
+    firing_ttl: Duration = 240.0  # endsAt = now + this on every post of a firing alert
+    resolved_resend_for: Duration = 300.0
+    generator_url: str = "http://specwatch/"
+
+
+class DeliveryConfig(_Frozen):
+    timeout: Duration = 10.0
+    backoff_initial: Duration = 1.0
+    backoff_max: Duration = 300.0
+    give_up_after: Duration = 7 * 86400.0
+    poll_interval: Duration = 1.0
+    lease: Duration = 30.0  # one daemon delivers a sink's queue at a time
+
+
+class AlertingConfig(_Frozen):
+    """The alert lifecycle, sink routing and delivery. Sink URLs and keys come only from the
+    environment (``SPECWATCH_SLACK_WEBHOOK_URL`` etc.); each set one enables its sink."""
+
+    lifecycle: LifecycleConfig = LifecycleConfig()
+    routing: dict[SinkName, SinkFilter] = Field(default_factory=dict)
+    route_overrides: tuple[RouteOverride, ...] = ()
+    slack: SlackConfig = SlackConfig()
+    pagerduty: PagerDutyConfig = PagerDutyConfig()
+    alertmanager: AlertmanagerConfig = AlertmanagerConfig()
+    delivery: DeliveryConfig = DeliveryConfig()
+
+    def filter_for(self, sink: str, route: str) -> SinkFilter:
+        """The filter of ``sink`` for ``route``: the first matching override, else the
+        default (a sink named nowhere receives everything)."""
+        for o in self.route_overrides:
+            if sink in o.routing and any(fnmatch.fnmatchcase(route, g) for g in o.routes):
+                return o.routing[sink]  # type: ignore[index]
+        return self.routing.get(sink, _ALL)  # type: ignore[call-overload]
+
+
+_ALL = SinkFilter()
+
+
 class Config(_Frozen):
     kafka: KafkaConfig = KafkaConfig()
     store: StoreConfig = StoreConfig()
     ingest: IngestConfig = IngestConfig()
     detection: DetectionConfig = DetectionConfig()
+    alerting: AlertingConfig = AlertingConfig()
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @property

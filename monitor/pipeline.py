@@ -54,12 +54,25 @@ class EventObserver(Protocol):
     loaded: bool
     pending: bool  # alerts or state not yet handed to a checkpoint (a wall-clock tick, say)
     owned: set[int] | None  # partitions this process reads; None: all
+    now: float  # the observer's clock: what the alert lifecycle measures its timers against
 
     def observe(self, partition: int, events: list[Event]) -> None: ...
     def load(self, states: dict[str, Any]) -> None: ...
     def snapshot(self) -> dict[str, Any]: ...
     def drain(self) -> list[AlertRecord]: ...
     def drop_all(self) -> None: ...
+    def accept_baseline(self, route: str, now: float) -> bool: ...
+
+
+class AlertDecider(Protocol):
+    """The alert lifecycle (``alerts.alerting.Alerting``): condition records in, outbox rows,
+    episode rows and its own state out, all for the same checkpoint."""
+
+    loaded: bool
+
+    def load(self, states: dict[str, Any]) -> None: ...
+    def drop_all(self) -> None: ...
+    def decide(self, records: list[AlertRecord], now: float) -> Any: ...
 
 
 @dataclass(slots=True)
@@ -125,6 +138,9 @@ class Pipeline:
         *,
         observer: EventObserver | None = None,
         on_alerts: list[Callable[[list[AlertRecord]], None]] | None = None,
+        alerting: AlertDecider | None = None,
+        on_outbox: list[Callable[[], None]] | None = None,
+        holder: str = "",
         clock: Any = time.monotonic,
     ) -> None:
         self.store = store
@@ -135,7 +151,11 @@ class Pipeline:
         self.observer = observer
         # Called with the alert records of each committed checkpoint, in order.
         self.on_alerts = list(on_alerts or [])
-        self.parser = Parser(max_message_bytes=config.max_message_bytes)
+        self.alerting = alerting
+        # Called after a checkpoint that wrote outbox rows (the delivery worker's wake-up).
+        self.on_outbox = list(on_outbox or [])
+        self.holder = holder
+        self._applied_baselines: list[tuple[int, str]] = []        self.parser = Parser(max_message_bytes=config.max_message_bytes)
         self.summary = IngestSummary()
         self._clock = clock
         self._partitions: dict[int, PartitionTracker] = {}
@@ -152,7 +172,10 @@ class Pipeline:
         """Load the stored state of newly owned partitions; returns where to resume each."""
         new = [p for p in partitions if p not in self._partitions]
         if self.observer is not None and not self.observer.loaded:
-            self.observer.load(self.store.load_state(self.source))
+            states = self.store.load_state(self.source)
+            self.observer.load(states)
+            if self.alerting is not None:
+                self.alerting.load(states)
         if self.observer is not None:
             self.observer.owned = {*self._partitions, *new}
         if new:
@@ -174,6 +197,9 @@ class Pipeline:
                 # Routes may move to another consumer, and others may arrive with state a
                 # peer wrote meanwhile: everything reloads from the store on the next assign.
                 self.observer.drop_all()
+                if self.alerting is not None:
+                    self.alerting.drop_all()
+                self._applied_baselines.clear()
         self.metrics.assigned_partitions.set(len(self._partitions))
 
     def drop_all(self) -> None:
@@ -181,8 +207,11 @@ class Pipeline:
         self._partitions.clear()
         self._pending.clear()
         self._pending_events = 0
+        self._applied_baselines.clear()
         if self.observer is not None:
             self.observer.drop_all()
+        if self.alerting is not None:
+            self.alerting.drop_all()
         self.metrics.assigned_partitions.set(0)
 
     @property
@@ -191,6 +220,15 @@ class Pipeline:
 
     def next_offset(self, partition: int) -> int | None:
         return self._partitions[partition].next_offset
+
+    def accept_baseline(self, request_id: int, route: str) -> bool:
+        """Apply an operator's ``baseline accept`` for ``route`` if this process judges it;
+        the request is marked applied by the checkpoint that stores the reset detectors."""
+        obs = self.observer
+        if obs is None or not obs.loaded or not obs.accept_baseline(route, obs.now):
+            return False
+        self._applied_baselines.append((request_id, self.holder))
+        return True
 
     def watermark(self, partition: int) -> float:
         return self._partitions[partition].max_ts - self._lateness
@@ -308,8 +346,14 @@ class Pipeline:
         """
         self._last_checkpoint = self._clock()
         dirty = {p: t for p, t in self._partitions.items() if t.dirty}
-        decided = self.observer is not None and self.observer.pending
-        if not dirty and not self._pending and not decided:
+        observer, alerting = self.observer, self.alerting
+        decided = (observer is not None and observer.pending) or bool(self._applied_baselines)
+        alerts = observer.drain() if observer is not None else []
+        notified = None
+        if alerting is not None and alerting.loaded and observer is not None:
+            # Timers (minimum firing time, resolve hold, group waits) fire on the clock alone.
+            notified = alerting.decide(alerts, observer.now)
+        if not dirty and not self._pending and not decided and not notified:
             return True
         # Dead letters first: once offsets are stored, the input that produced them is
         # never read again.
@@ -327,11 +371,13 @@ class Pipeline:
                     prune_before=t.max_ts - self._horizon if t.max_ts != NEG_INF else None,
                 )
             )
-        state = self.observer.snapshot() if self.observer is not None else {}
-        alerts = self.observer.drain() if self.observer is not None else []
+        state = observer.snapshot() if observer is not None else {}
         rollups = {(SeriesKey._make(k[:-1]), k[-1]): b for k, b in self._pending.items()}
         cp = Checkpoint(self.source, rollups=rollups, partitions=commits, state=state,
-                        alerts=alerts)
+                        alerts=alerts, applied_baselines=list(self._applied_baselines))
+        if notified:
+            state.update(notified.state)
+            cp.outbox, cp.episodes = notified.outbox, notified.episodes
         started = time.perf_counter()
         try:
             self.store.commit(cp)
@@ -354,9 +400,13 @@ class Pipeline:
             t.prune(self._horizon)
         self._pending = {}
         self._pending_events = 0
+        self._applied_baselines.clear()
         if alerts:
             for callback in self.on_alerts:
                 callback(alerts)
+        if cp.outbox:
+            for wake in self.on_outbox:
+                wake()
         newest = max((t.max_ts for t in self._partitions.values()), default=NEG_INF)
         if newest != NEG_INF:
             self.metrics.event_time_lag.set(max(0.0, time.time() - newest))

@@ -217,6 +217,12 @@ class Detection:
         return out
 
     @property
+    def now(self) -> float:
+        """The detection clock: the newest event time, or the last wall-clock sweep when
+        later (live). The alert lifecycle times its holds and group waits against it."""
+        return max(self._max_ts, self._last_tick)
+
+    @property
     def pending(self) -> bool:
         """Alerts or state changes not yet handed to a checkpoint."""
         return bool(self._alerts or self._dirty)
@@ -296,6 +302,32 @@ class Detection:
                                       f"{route.name}: pair no longer serving traffic",
                                       {"reason_resolved": "pair idle", "idle_s": now - seg.last_ts})
                     self._dirty.add("segment:" + seg_id)
+
+    def accept_baseline(self, route_name: str, now: float) -> bool:
+        """An operator acknowledged a change on ``route_name``: every segment of the route
+        starts a fresh acceptance and throughput baseline, and the alerts that compared
+        against the old one resolve at once. ``False`` when the route is unknown here or
+        judged by another process."""
+        route = self._routes.get(route_name)
+        if route is None or (self.owned is not None and route.partition not in self.owned):
+            return False
+        ts = max(now, self._max_ts) if now != float("-inf") else self._max_ts
+        for seg_id in route.segments:
+            seg = self._segments.get(seg_id)
+            if seg is None:
+                continue
+            old = seg.acceptance
+            seg.acceptance = self._new_acceptance()
+            seg.throughput = ThroughputMonitor(min_effect=self.config.throughput_min_effect)
+            for rule in ("acceptance_drop", "acceptance_rise", "throughput_drop"):
+                if rule in seg.firing:
+                    self._resolve(seg.firing, rule, seg.labels, ts,
+                                  f"{route_name}: new baseline accepted by an operator",
+                                  {"reason_resolved": "baseline accepted",
+                                   "previous_baseline": old.baseline})
+            self._dirty.add("segment:" + seg_id)
+        self._dirty.add("route:" + route_name)
+        return True
 
     # -- route rules -------------------------------------------------------------------------
 
@@ -379,14 +411,18 @@ class Detection:
         cut = cutoff(cost) if cost is not None else cfg.breakeven_cutoff
         return Segment(
             labels=labels,
-            acceptance=make_detector(
-                cfg.detector,
-                **({"min_effect": cfg.min_effect, "false_alarm_days": cfg.false_alarm_days}
-                   if cfg.detector == "cusum" else {}),
-            ),
+            acceptance=self._new_acceptance(),
             breakeven=BreakevenMonitor(cutoff=cut, window=cfg.breakeven_window),
             positions=PositionCurve(cost_model=cost),
             throughput=ThroughputMonitor(min_effect=cfg.throughput_min_effect),
+        )
+
+    def _new_acceptance(self) -> AcceptanceDetector:
+        cfg = self.config
+        return make_detector(
+            cfg.detector,
+            **({"min_effect": cfg.min_effect, "false_alarm_days": cfg.false_alarm_days}
+               if cfg.detector == "cusum" else {}),
         )
 
     def _segment_rules(self, seg: Segment, e: Event) -> None:

@@ -93,6 +93,19 @@ class KafkaSource:
             self.checkpoint()
         return n
 
+    def caught_up(self) -> bool:
+        """Whether every owned partition has been read up to its last known high watermark.
+
+        Silence is only judged when caught up: after downtime, a route's newest event in
+        the store is old until the backlog is read, and that is not the route going quiet.
+        A partition whose high watermark is not known yet counts as caught up.
+        """
+        for p in self.pipeline.partitions:
+            hw = self.consumer.highwater(TopicPartition(self.config.topic, p))
+            if hw is not None and (self.pipeline.next_offset(p) or 0) < hw:
+                return False
+        return True
+
     def checkpoint(self) -> None:
         if self.pipeline.checkpoint():
             self._commit_advisory()

@@ -39,7 +39,10 @@ class Checkpoint:
     since the last checkpoint; the store merges them into the minute, hour and day rows.
     ``state`` maps a state key (e.g. a detector's segment id) to a JSON-able snapshot that
     replaces the stored one; ``alerts`` are the alert state changes decided since the last
-    checkpoint. Both come from the detection layer and may be empty.
+    checkpoint. Both come from the detection layer and may be empty. ``outbox`` holds the
+    notifications the alert lifecycle decided, one ``(sink, key, payload)`` per sink,
+    ``episodes`` the episode rows it changed and ``applied_baselines`` the ``(request id,
+    holder)`` of baseline requests applied: all written with the state that decided them.
     """
 
     source: str
@@ -47,6 +50,9 @@ class Checkpoint:
     partitions: list[PartitionCommit] = field(default_factory=list)
     state: dict[str, Any] = field(default_factory=dict)
     alerts: list[AlertRecord] = field(default_factory=list)
+    outbox: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    episodes: list[dict[str, Any]] = field(default_factory=list)
+    applied_baselines: list[tuple[int, str]] = field(default_factory=list)
 
 
 @dataclass(slots=True)

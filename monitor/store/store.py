@@ -16,6 +16,7 @@ from alerts.record import AlertRecord
 from monitor.aggregate.bucket import BucketStats
 from monitor.aggregate.series import SeriesKey
 from monitor.store import query, writer
+from monitor.store.alerting import AlertingStore
 from monitor.store.checkpoint import GRANULARITIES, Checkpoint, PartitionState
 from monitor.store.db import READ_ONLY, check_migrated, make_engine, redact_url
 from monitor.store.query import RatioRow
@@ -70,6 +71,11 @@ class Store:
 
     def close(self) -> None:
         self.engine.dispose()
+
+    @property
+    def alerting(self) -> AlertingStore:
+        """Episodes, outbox, silences and baseline requests (``monitor/store/alerting.py``)."""
+        return AlertingStore(self.engine)
 
     def __enter__(self) -> Store:
         return self

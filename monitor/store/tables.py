@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Float,
     ForeignKey,
     Index,
@@ -166,6 +167,103 @@ class AlertEvent(Base):
     )
 
 
+class AlertEpisode(Base):
+    """One episode of one alert as the lifecycle sees it: the projection the CLI, the API and
+    the Alertmanager re-post read. The lifecycle's own state is its snapshot; this table is
+    written from it in the same checkpoint transaction."""
+
+    __tablename__ = "alert_episodes"
+
+    episode: Mapped[str] = mapped_column(SafeString(96), primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(SafeString(64))
+    rule: Mapped[str] = mapped_column(SafeString(64))
+    severity: Mapped[str] = mapped_column(SafeString(16))
+    route: Mapped[str] = mapped_column(SafeText())
+    labels: Mapped[Any] = mapped_column(JSON)
+    summary: Mapped[str] = mapped_column(SafeText())
+    details: Mapped[Any] = mapped_column(JSON)
+    state: Mapped[str] = mapped_column(SafeString(16))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    resolved_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    notified: Mapped[bool] = mapped_column(Boolean)
+    silenced_by: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+    __table_args__ = (Index(None, "state"), Index(None, "started_at"))
+
+
+class OutboxEntry(Base):
+    """One notification for one sink, written before anything is sent.
+
+    ``progress`` counts the sink's requests for this row already accepted, so a retry
+    resumes after them; ``(sink, key)`` is unique, so a notification re-decided after a
+    crash is the same row.
+    """
+
+    __tablename__ = "outbox"
+
+    id: Mapped[int] = mapped_column(_BigId, primary_key=True, autoincrement=True)
+    sink: Mapped[str] = mapped_column(SafeString(32))
+    key: Mapped[str] = mapped_column(SafeString(96))
+    payload: Mapped[Any] = mapped_column(JSON)
+    state: Mapped[str] = mapped_column(SafeString(16))
+    attempts: Mapped[int] = mapped_column(Integer)
+    progress: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    last_error: Mapped[str | None] = mapped_column(SafeText(), nullable=True)
+    delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+    __table_args__ = (
+        UniqueConstraint("sink", "key"),
+        Index(None, "sink", "state", "id"),
+    )
+
+
+class SinkLease(Base):
+    """Which daemon delivers a sink's queue: one at a time keeps each sink's order."""
+
+    __tablename__ = "sink_leases"
+
+    sink: Mapped[str] = mapped_column(SafeString(32), primary_key=True)
+    holder: Mapped[str] = mapped_column(SafeString(255))
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class SilenceEntry(Base):
+    """``specwatch silence add``: mute a route (or one of its rules) for a while."""
+
+    __tablename__ = "silences"
+
+    id: Mapped[int] = mapped_column(_BigId, primary_key=True, autoincrement=True)
+    route: Mapped[str] = mapped_column(SafeText())
+    rule: Mapped[str | None] = mapped_column(SafeString(64), nullable=True)
+    starts_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    ends_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    reason: Mapped[str] = mapped_column(SafeText())
+    created_by: Mapped[str] = mapped_column(SafeString(255))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (Index(None, "ends_at"),)
+
+
+class BaselineRequest(Base):
+    """``specwatch baseline accept``: an acknowledged change, applied by the daemon that
+    owns the route (or by the next replay) in the checkpoint that resets the detectors."""
+
+    __tablename__ = "baseline_requests"
+
+    id: Mapped[int] = mapped_column(_BigId, primary_key=True, autoincrement=True)
+    route: Mapped[str] = mapped_column(SafeText())
+    reason: Mapped[str] = mapped_column(SafeText())
+    requested_by: Mapped[str] = mapped_column(SafeString(255))
+    requested_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    applied_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    applied_by: Mapped[str | None] = mapped_column(SafeString(255), nullable=True)
+
+    __table_args__ = (Index(None, "applied_at"),)
+
+
 metadata: MetaData = Base.metadata
 series_table: Table = Series.__table__  # type: ignore[assignment]
 rollups_table: Table = Rollup.__table__  # type: ignore[assignment]
@@ -173,3 +271,8 @@ partitions_table: Table = SourcePartition.__table__  # type: ignore[assignment]
 dedup_table: Table = DedupLog.__table__  # type: ignore[assignment]
 state_table: Table = StateSnapshot.__table__  # type: ignore[assignment]
 alerts_table: Table = AlertEvent.__table__  # type: ignore[assignment]
+episodes_table: Table = AlertEpisode.__table__  # type: ignore[assignment]
+outbox_table: Table = OutboxEntry.__table__  # type: ignore[assignment]
+leases_table: Table = SinkLease.__table__  # type: ignore[assignment]
+silences_table: Table = SilenceEntry.__table__  # type: ignore[assignment]
+baseline_table: Table = BaselineRequest.__table__  # type: ignore[assignment]

@@ -1,0 +1,530 @@
+"""From condition records to notifications: Prometheus ``for``/``keep_firing_for`` per alert,
+Alertmanager grouping per group of alerts.
+
+Detectors say *what holds* (an :class:`~alerts.record.AlertRecord` firing or resolved); this
+module decides *who is told what, when*. It is a pure state machine: it never reads the wall
+clock, its clock is the largest of every ``now`` passed to :meth:`Lifecycle.advance` and every
+record's event time, so the same inputs always give the same notifications, in replay and
+after a restart from its snapshots.
+
+Per alert (one fingerprint), an *episode* goes::
+
+    inactive --firing--> pending --min_firing--> firing --resolved--> resolving
+                            |                       ^                     |
+                            +--resolved: "short"    +--firing: "flap"     +--keep_firing_for-->
+                                                                                   inactive
+
+Entering ``firing`` makes a firing item due (unless a silence holds it back), leaving
+``resolving`` a resolved item (only for an episode that was announced). Due items wait in
+their group's buffer for ``group_wait`` (a group nobody was told about yet: companions get
+a chance to join) or ``group_interval`` (a group with episodes out: changes are batched),
+then leave together as one :class:`~alerts.notification.Notification`.
+
+>>> from datetime import UTC, datetime
+>>> cfg = LifecycleConfig(group_wait=30, keep_firing_for=600)
+>>> lc = Lifecycle(cfg)
+>>> t0 = datetime(2026, 11, 2, 14, 0, tzinfo=UTC).timestamp()
+>>> def rec(state, at):
+...     return AlertRecord("acceptance_drop", state, datetime.fromtimestamp(at, UTC),
+...                        "warning", {"route": "code"}, f"code: {state}")
+>>> lc.update([rec("firing", t0)])
+>>> lc.advance(t0)               # due now, but the group waits 30 s for companions
+[]
+>>> [(n.key[-2:], n.status, len(n.items)) for n in lc.advance(t0 + 30)]
+[('-1', 'firing', 1)]
+>>> lc.update([rec("resolved", t0 + 60)])
+>>> lc.advance(t0 + 400)         # still within keep_firing_for: nothing yet
+[]
+>>> [(n.key[-2:], n.status) for n in lc.advance(t0 + 660)]
+[('-2', 'resolved')]
+>>> sorted(lc.snapshot())[0].startswith(Lifecycle.STATE_PREFIX)
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from alerts.notification import AlertItem, Notification, episode_id, record_from_json
+from alerts.record import AlertRecord
+from alerts.silences import Silence, silenced_by
+from monitor.config import LifecycleConfig
+from monitor.detect.state import require_version
+
+__all__ = ["BASELINE_ACCEPTED", "EpisodeRow", "Lifecycle", "group_id"]
+
+BASELINE_ACCEPTED = "baseline accepted"
+"""``details["reason_resolved"]`` of a resolve the operator asked for: no hysteresis hold."""
+
+_KIND = "alert_group"
+_VERSION = 1
+
+
+def group_id(group: dict[str, str]) -> str:
+    """Stable id of a group: sha256 of its canonical JSON, 16 hex digits.
+
+    >>> group_id({"route": "code"}) == group_id({"route": "code"})
+    True
+    >>> len(group_id({"route": "code"}))
+    16
+    """
+    return hashlib.sha256(orjson.dumps(group, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+
+
+def _dt(t: float) -> datetime:
+    return datetime.fromtimestamp(t, UTC)
+
+
+def _iso(t: datetime) -> str:
+    return t.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _parse_iso(s: str) -> datetime:
+    return datetime.fromisoformat(s.replace("Z", "+00:00"))
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeRow:
+    """One episode as the store's episode table shows it (latest state wins).
+
+    ``state`` is ``pending``/``firing``/``resolving`` while open, then ``resolved`` or
+    ``dropped`` (cleared before ``min_firing``: nobody was ever told). ``resolved_at`` is the
+    event time the condition cleared; ``updated_at`` the lifecycle clock at the change.
+    ``silenced_by`` is the id of the silence holding back the episode's announcement (or,
+    once announced, a reminder that was due).
+    """
+
+    episode: str
+    fingerprint: str
+    group: dict[str, str]
+    rule: str
+    severity: str
+    route: str
+    labels: dict[str, str]
+    summary: str
+    details: dict[str, Any]
+    state: str
+    started_at: datetime
+    updated_at: datetime
+    resolved_at: datetime | None
+    notified: bool
+    silenced_by: int | None
+
+
+class _Alert:
+    """One fingerprint's open episode (an inactive alert has no object at all)."""
+
+    __slots__ = (
+        "announced", "cleared_at", "episode", "fingerprint", "last_notified", "notified",
+        "phase", "record", "resolved", "silence_counted", "silenced_by", "skip_hold",
+        "started", "started_at",
+    )
+
+    def __init__(self, record: AlertRecord) -> None:
+        self.fingerprint = record.fingerprint
+        self.record = record                   # latest firing record
+        self.started_at = record.at
+        self.started = record.at.timestamp()
+        self.episode = episode_id(self.fingerprint, record.at)
+        self.phase = "pending"
+        self.resolved: AlertRecord | None = None   # latest resolved record while resolving
+        self.cleared_at: float | None = None
+        self.skip_hold = False
+        # announced: its firing item was made due (buffered or sent); notified: it was sent.
+        # The gap between the two is what a resolve in the same buffer collapses.
+        self.announced = False
+        self.notified = False
+        self.last_notified: float | None = None
+        self.silenced_by: int | None = None
+        self.silence_counted = False
+
+    def item(self, *, repeat: bool = False) -> AlertItem:
+        return AlertItem(self.record, "firing", self.episode, self.started_at, repeat)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "record": self.record.to_json(), "started_at": _iso(self.started_at),
+            "phase": self.phase,
+            "resolved": None if self.resolved is None else self.resolved.to_json(),
+            "cleared_at": self.cleared_at, "skip_hold": self.skip_hold,
+            "announced": self.announced, "notified": self.notified,
+            "last_notified": self.last_notified, "silenced_by": self.silenced_by,
+            "silence_counted": self.silence_counted,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> _Alert:
+        a = cls(record_from_json(data["record"]))
+        # the episode is named after its first firing record, not the latest one
+        a.started_at = _parse_iso(data["started_at"])
+        a.started = a.started_at.timestamp()
+        a.episode = episode_id(a.fingerprint, a.started_at)
+        a.phase = data["phase"]
+        a.resolved = None if data["resolved"] is None else record_from_json(data["resolved"])
+        a.cleared_at = data["cleared_at"]
+        a.skip_hold = bool(data["skip_hold"])
+        a.announced = bool(data["announced"])
+        a.notified = bool(data["notified"])
+        a.last_notified = data["last_notified"]
+        a.silenced_by = data["silenced_by"]
+        a.silence_counted = bool(data["silence_counted"])
+        return a
+
+
+class _Group:
+    """A group's open episodes, its buffer of due items and its notification sequence.
+
+    Kept for good once created, even empty: ``seq`` must never restart, or a later
+    notification would reuse the key of an earlier one.
+    """
+
+    __slots__ = ("alerts", "buffer", "flush_at", "gid", "labels", "last_flush", "seq")
+
+    def __init__(self, gid: str, labels: dict[str, str]) -> None:
+        self.gid = gid
+        self.labels = labels
+        self.alerts: dict[str, _Alert] = {}
+        self.buffer: list[AlertItem] = []
+        self.flush_at: float | None = None
+        self.last_flush: float | None = None
+        self.seq = 1                           # of the next notification
+
+    def ordered(self) -> list[_Alert]:
+        # A canonical order, not dict order: a restored lifecycle must decide alerts in the
+        # same order as the one that never stopped.
+        return sorted(self.alerts.values(), key=lambda a: (a.started, a.fingerprint))
+
+    def has_open_notified(self) -> bool:
+        return any(a.notified for a in self.alerts.values())
+
+    def to_json(self, clock: float | None) -> dict[str, Any]:
+        return {
+            "kind": _KIND, "version": _VERSION, "gid": self.gid, "group": dict(self.labels),
+            "seq": self.seq, "last_flush": self.last_flush, "flush_at": self.flush_at,
+            "clock": clock, "buffer": [i.to_json() for i in self.buffer],
+            "alerts": [self.alerts[fp].to_json() for fp in sorted(self.alerts)],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> _Group:
+        require_version(data, _KIND, _VERSION)
+        g = cls(data["gid"], dict(data["group"]))
+        g.seq = int(data["seq"])
+        g.last_flush = data["last_flush"]
+        g.flush_at = data["flush_at"]
+        g.buffer = [AlertItem.from_json(i) for i in data["buffer"]]
+        for raw in data["alerts"]:
+            a = _Alert.from_json(raw)
+            g.alerts[a.fingerprint] = a
+        return g
+
+
+class Lifecycle:
+    """Condition records in (:meth:`update`), notifications out (:meth:`advance`).
+
+    Parameters
+    ----------
+    config : LifecycleConfig
+        Grouping labels and timings (per-rule overrides through ``config.timing``).
+
+    Notes
+    -----
+    State lives per group and leaves through :meth:`snapshot` (only the groups that
+    changed) under ``STATE_PREFIX + gid``; :meth:`load` takes them back. ``suppressed``
+    counts what was held back, by reason: ``short`` (cleared before ``min_firing``),
+    ``silenced`` (once per episode), ``flap`` (fired again within ``keep_firing_for``: the
+    same episode continues) and ``collapsed`` (fired and resolved before its group's
+    notification went out: nothing to tell). It is a process counter, not restored.
+
+    ``now`` is expected not to go back between calls (wall clock live, event time in
+    replay): the restored clock is the newest one stored with any group, so a ``now`` older
+    than the clock before a restart could decide differently after it.
+    """
+
+    STATE_PREFIX = "alerts/group/"
+
+    def __init__(self, config: LifecycleConfig) -> None:
+        self.config = config
+        self.loaded = False
+        self.suppressed: Counter[str] = Counter()
+        self._groups: dict[str, _Group] = {}
+        self._where: dict[str, str] = {}          # fingerprint -> gid of its open episode
+        self._clock: float | None = None
+        self._dirty: set[str] = set()
+        self._episodes: dict[str, EpisodeRow] = {}
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def load(self, states: dict[str, Any]) -> None:
+        """Restore every group stored under ``STATE_PREFIX`` (other keys are not ours)."""
+        self._reset()
+        for key, data in states.items():
+            if not key.startswith(self.STATE_PREFIX):
+                continue
+            g = _Group.from_json(data)
+            self._groups[g.gid] = g
+            for fp in g.alerts:
+                self._where[fp] = g.gid
+            clock = data.get("clock")
+            if clock is not None and (self._clock is None or clock > self._clock):
+                self._clock = clock
+        self.loaded = True
+
+    @property
+    def pending(self) -> bool:
+        """State changed since the last :meth:`snapshot`."""
+        return bool(self._dirty)
+
+    @property
+    def clock(self) -> float | None:
+        """The lifecycle's clock (epoch seconds), ``None`` before any input."""
+        return self._clock
+
+    def snapshot(self) -> dict[str, Any]:
+        """Snapshots of the groups changed since the last call, keyed for the state table."""
+        out = {self.STATE_PREFIX + gid: self._groups[gid].to_json(self._clock)
+               for gid in sorted(self._dirty)}
+        self._dirty.clear()
+        return out
+
+    def drop_all(self) -> None:
+        """Forget everything in memory (after a fenced checkpoint); reload before use."""
+        self._reset()
+        self.loaded = False
+
+    def _reset(self) -> None:
+        self._groups.clear()
+        self._where.clear()
+        self._dirty.clear()
+        self._episodes.clear()
+        self._clock = None
+
+    def episodes_changed(self) -> list[EpisodeRow]:
+        """Episode rows changed since the last call, the latest state of each."""
+        out = list(self._episodes.values())
+        self._episodes.clear()
+        return out
+
+    # -- input ---------------------------------------------------------------------------------
+
+    def update(self, records: Iterable[AlertRecord]) -> None:
+        """Apply condition changes, in decision order."""
+        for r in records:
+            t = r.at.timestamp()
+            self._tick(t)
+            fp = r.fingerprint
+            gid = self._where.get(fp)
+            if r.state == "firing":
+                self._on_firing(r, t, gid)
+            elif gid is not None:
+                self._on_resolved(r, t, self._groups[gid], self._groups[gid].alerts[fp])
+            # a resolve of an alert with no open episode has nothing to update
+
+    def _on_firing(self, r: AlertRecord, t: float, gid: str | None) -> None:
+        if gid is not None:
+            g = self._groups[gid]
+            a = g.alerts[r.fingerprint]
+            if a.phase != "resolving":
+                a.record = r                   # duplicate: newer summary/details only
+                self._changed(g, a)
+                return
+            _, keep, _ = self.config.timing(r.rule)
+            assert a.cleared_at is not None
+            if not a.skip_hold and t - a.cleared_at < keep:
+                # back within the hold: the same episode goes on, and nobody hears of it
+                a.phase, a.record, a.resolved, a.cleared_at = "firing", r, None, None
+                self.suppressed["flap"] += 1
+                self._changed(g, a)
+                return
+            # The hold ran out before this record (no advance came in between to notice):
+            # the old episode ends exactly as an advance would have ended it, then a new one.
+            self._finish(g, a, t)
+        labels = {k: r.labels.get(k, "") for k in self.config.group_by}
+        gid = group_id(labels)
+        g = self._groups.get(gid)
+        if g is None:
+            g = self._groups[gid] = _Group(gid, labels)
+        a = _Alert(r)
+        g.alerts[a.fingerprint] = a
+        self._where[a.fingerprint] = gid
+        self._changed(g, a)
+
+    def _on_resolved(self, r: AlertRecord, t: float, g: _Group, a: _Alert) -> None:
+        skip = r.details.get("reason_resolved") == BASELINE_ACCEPTED
+        if a.phase == "resolving":
+            a.resolved = r                     # duplicate: newer summary/details only
+            a.skip_hold = a.skip_hold or skip  # ... but an operator's accept still counts
+            self._changed(g, a)
+            return
+        if a.phase == "pending":
+            min_firing, _, _ = self.config.timing(r.rule)
+            if t - a.started < min_firing:
+                a.resolved = r
+                self._remove(g, a)
+                self.suppressed["short"] += 1
+                self._row(g, a, "dropped")
+                return
+            # It held for min_firing: it was firing, only no advance came to see it. It goes
+            # on as a firing episode that cleared; its firing item is decided at the next
+            # advance (silences are known only there), see _decide.
+        a.phase, a.resolved, a.cleared_at, a.skip_hold = "resolving", r, t, skip
+        self._changed(g, a)
+
+    # -- deciding ------------------------------------------------------------------------------
+
+    def advance(self, now: float, silences: Sequence[Silence] = ()) -> list[Notification]:
+        """Decide everything due at clock ``now`` (epoch seconds); return what leaves now."""
+        self._tick(now)
+        c = self._clock
+        assert c is not None
+        at = _dt(c)
+        out: list[tuple[float, str, Notification]] = []
+        for gid in sorted(self._groups):
+            g = self._groups[gid]
+            for a in g.ordered():
+                self._decide(g, a, c, at, silences)
+            if g.flush_at is not None and g.flush_at <= c and g.buffer:
+                out.append((g.flush_at, gid, self._flush(g, c)))
+        out.sort(key=lambda x: (x[0], x[1]))
+        return [n for _, _, n in out]
+
+    def _decide(
+        self, g: _Group, a: _Alert, c: float, at: datetime, silences: Sequence[Silence]
+    ) -> None:
+        min_firing, keep, repeat = self.config.timing(a.record.rule)
+        if a.phase == "pending" and c - a.started >= min_firing:
+            a.phase = "firing"
+            self._changed(g, a)
+        # A firing episode nobody was told of is announced as soon as no silence holds it.
+        # A resolving one only if it never met the silences (it fired and cleared between
+        # two advances); one silenced and then cleared stays untold.
+        if not a.announced and (a.phase == "firing" or
+                                (a.phase == "resolving" and a.silenced_by is None)):
+            s = silenced_by(silences, a.record.rule, a.record.labels, at)
+            if s is not None:
+                self._silence(g, a, s)
+            else:
+                a.announced, a.silenced_by = True, None
+                self._due(g, a.item(), c)
+                self._changed(g, a)
+        elif a.phase == "firing" and a.notified:
+            due = (a.last_notified is not None and c - a.last_notified >= repeat
+                   and not any(i.episode == a.episode for i in g.buffer))
+            # silences are looked at when a reminder is due, and while one holds it back
+            if due or a.silenced_by is not None:
+                s = silenced_by(silences, a.record.rule, a.record.labels, at)
+                if s is not None:
+                    self._silence(g, a, s)     # no reminders while silenced
+                else:
+                    if a.silenced_by is not None:
+                        a.silenced_by = None
+                        self._changed(g, a)
+                    if due:                    # one as soon as the silence ends
+                        self._due(g, a.item(repeat=True), c)
+        if a.phase == "resolving":
+            assert a.cleared_at is not None
+            if a.skip_hold or c - a.cleared_at >= keep:
+                self._finish(g, a, c)
+
+    def _silence(self, g: _Group, a: _Alert, s: Silence) -> None:
+        if not a.silence_counted:
+            a.silence_counted = True
+            self.suppressed["silenced"] += 1
+        if a.silenced_by != s.id:
+            a.silenced_by = s.id
+            self._changed(g, a)
+
+    def _finish(self, g: _Group, a: _Alert, c: float) -> None:
+        """End an episode whose hold ran out: its resolve is due if it was announced."""
+        assert a.resolved is not None
+        if a.announced:
+            # Silences never hold back the resolve of an announced episode. Due while the
+            # episode still counts as open: the group has news out, so group_interval applies.
+            self._due(g, AlertItem(a.resolved, "resolved", a.episode, a.started_at), c)
+        elif a.silenced_by is None:
+            self.suppressed["collapsed"] += 1  # fired and cleared between two advances
+        self._remove(g, a)
+        self._row(g, a, "resolved")
+
+    def _due(self, g: _Group, item: AlertItem, c: float) -> None:
+        """Put an item into its group's buffer, collapsing what it makes moot."""
+        buf = g.buffer
+        for i, old in enumerate(buf):
+            if old.episode != item.episode:
+                continue
+            if old.repeat:
+                del buf[i]                     # a reminder is replaced by anything newer
+                break
+            if old.status == "firing" and item.status == "resolved":
+                # Fired and resolved before anyone was told: tell nothing. The episode is
+                # gone already (resolve), so "never notified" needs no flag change.
+                del buf[i]
+                self.suppressed["collapsed"] += 1
+                if not buf:
+                    g.flush_at = None
+                self._dirty.add(g.gid)
+                return
+        if g.flush_at is None:
+            if g.last_flush is None or not g.has_open_notified():
+                g.flush_at = c + self.config.group_wait
+            else:
+                g.flush_at = max(c, g.last_flush + self.config.group_interval)
+        buf.append(item)
+        self._dirty.add(g.gid)
+
+    def _flush(self, g: _Group, c: float) -> Notification:
+        items = tuple(g.buffer)
+        sent = {i.episode for i in items}
+        active = tuple(a.item() for a in g.ordered() if a.notified and a.episode not in sent)
+        n = Notification(f"{g.gid}-{g.seq}", dict(g.labels), _dt(c), items, active)
+        for i in items:
+            if i.status != "firing":
+                continue
+            a = g.alerts.get(i.fingerprint)
+            # a firing item in the buffer always has its episode open (a resolve collapses)
+            if a is not None and a.episode == i.episode:
+                a.last_notified = c
+                if not a.notified:
+                    a.notified = True
+                    self._changed(g, a)
+        g.seq += 1
+        g.last_flush = c
+        g.buffer = []
+        g.flush_at = None
+        self._dirty.add(g.gid)
+        return n
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+
+    def _tick(self, t: float) -> None:
+        if self._clock is None or t > self._clock:
+            self._clock = t
+
+    def _remove(self, g: _Group, a: _Alert) -> None:
+        del g.alerts[a.fingerprint]
+        del self._where[a.fingerprint]
+        self._dirty.add(g.gid)
+
+    def _changed(self, g: _Group, a: _Alert) -> None:
+        self._dirty.add(g.gid)
+        self._row(g, a, a.phase)
+
+    def _row(self, g: _Group, a: _Alert, state: str) -> None:
+        latest = a.resolved if a.resolved is not None else a.record
+        assert self._clock is not None
+        ended = state in ("resolved", "dropped")
+        self._episodes[a.episode] = EpisodeRow(
+            episode=a.episode, fingerprint=a.fingerprint, group=dict(g.labels),
+            rule=latest.rule, severity=latest.severity, route=latest.labels["route"],
+            labels=dict(latest.labels), summary=latest.summary, details=dict(latest.details),
+            state=state, started_at=a.started_at, updated_at=_dt(self._clock),
+            resolved_at=latest.at if ended else None, notified=a.notified,
+            silenced_by=a.silenced_by,
+        )

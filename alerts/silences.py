@@ -1,0 +1,72 @@
+"""Silences: an operator's "I know, stop telling me" for a route (and optionally one rule).
+
+A silence mutes new pages and reminders for the alerts it matches while it is in force. It
+never mutes the resolve of an episode that was already announced: an incident opened in
+PagerDuty must be closed by us, silence or not. When a silence ends and its alert still
+fires, the alert is announced then.
+
+>>> from datetime import UTC, datetime, timedelta
+>>> t = datetime(2026, 11, 2, 14, 0, tzinfo=UTC)
+>>> s = Silence(1, "batch-*", None, t, t + timedelta(hours=2), "load test", "alice")
+>>> s.matches("acceptance_drop", {"route": "batch-eu"}, t + timedelta(minutes=5))
+True
+>>> s.matches("acceptance_drop", {"route": "code"}, t + timedelta(minutes=5))
+False
+>>> s.matches("acceptance_drop", {"route": "batch-eu"}, t + timedelta(hours=3))
+False
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+__all__ = ["Silence", "silenced_by"]
+
+
+@dataclass(frozen=True, slots=True)
+class Silence:
+    """``route`` is a glob (``*`` any); ``rule`` ``None`` mutes every rule of the route.
+    In force from ``starts_at`` (inclusive) to ``ends_at`` (exclusive)."""
+
+    id: int
+    route: str
+    rule: str | None
+    starts_at: datetime
+    ends_at: datetime
+    reason: str
+    created_by: str = ""
+
+    def active(self, now: datetime) -> bool:
+        return self.starts_at <= now < self.ends_at
+
+    def matches(self, rule: str, labels: Mapping[str, str], now: datetime) -> bool:
+        return (
+            self.active(now)
+            and (self.rule is None or self.rule == rule)
+            and fnmatch.fnmatchcase(labels.get("route", ""), self.route)
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "route": self.route, "rule": self.rule,
+            "starts_at": _iso(self.starts_at), "ends_at": _iso(self.ends_at),
+            "reason": self.reason, "created_by": self.created_by,
+        }
+
+
+def silenced_by(
+    silences: Iterable[Silence], rule: str, labels: Mapping[str, str], now: datetime
+) -> Silence | None:
+    """The first silence in force that matches, or ``None``."""
+    for s in silences:
+        if s.matches(rule, labels, now):
+            return s
+    return None
+
+
+def _iso(t: datetime) -> str:
+    return t.astimezone(UTC).isoformat().replace("+00:00", "Z")

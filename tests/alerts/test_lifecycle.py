@@ -1,0 +1,598 @@
+"""The alert lifecycle: min_firing, keep_firing_for, repeats, silences, grouping, restarts.
+
+Everything runs on a scripted clock: records carry event times relative to ``T0`` and the
+driver calls ``advance`` at a fixed cadence, so no test sleeps.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+import pytest
+
+from alerts.lifecycle import BASELINE_ACCEPTED, EpisodeRow, Lifecycle, group_id
+from alerts.notification import AlertItem, Notification
+from alerts.record import AlertRecord
+from alerts.silences import Silence
+from monitor.config import LifecycleConfig, RuleTimingConfig
+from monitor.detect.exceptions import StateVersionError
+
+T0 = datetime(2026, 11, 2, 12, 0, tzinfo=UTC).timestamp()
+MIN = 60.0
+HOUR = 3600.0
+
+
+def rec(state: str, at: float, rule: str = "acceptance_drop", route: str = "code",
+        severity: str = "warning", **details: Any) -> AlertRecord:
+    """A condition record at ``at`` seconds after T0."""
+    return AlertRecord(rule, state, datetime.fromtimestamp(T0 + at, UTC), severity,
+                       {"route": route}, f"{route}: {rule} {state} at {at:g}", details)
+
+
+def cfg(**kw: Any) -> LifecycleConfig:
+    base: dict[str, Any] = dict(group_wait=30, group_interval=300, repeat_interval=4 * HOUR,
+                                min_firing=0, keep_firing_for=600)
+    base.update(kw)
+    return LifecycleConfig(**base)
+
+
+def silence(sid: int, start: float, end: float, route: str = "code",
+            rule: str | None = None) -> Silence:
+    return Silence(sid, route, rule, datetime.fromtimestamp(T0 + start, UTC),
+                   datetime.fromtimestamp(T0 + end, UTC), "test")
+
+
+def fresh(config: LifecycleConfig) -> Lifecycle:
+    lc = Lifecycle(config)
+    lc.loaded = True
+    return lc
+
+
+def drive(lc: Lifecycle, records: Iterable[AlertRecord], end: float, step: float = MIN,
+          silences: Sequence[Silence] = (), start: float = 0.0) -> list[Notification]:
+    """Feed each record before the first advance at or after its time; advance every
+    ``step`` seconds from ``start`` to ``end`` (relative to T0)."""
+    pending = sorted(records, key=lambda r: r.at)
+    out: list[Notification] = []
+    t = start
+    while t <= end:
+        due = [r for r in pending if r.at.timestamp() <= T0 + t]
+        pending = pending[len(due):]
+        lc.update(due)
+        out.extend(lc.advance(T0 + t, silences))
+        t += step
+    assert not pending
+    return out
+
+
+def rel(n: Notification) -> float:
+    return n.at.timestamp() - T0
+
+
+def items(ns: Iterable[Notification]) -> list[tuple[float, AlertItem]]:
+    return [(rel(n), i) for n in ns for i in n.items]
+
+
+def statuses(ns: Iterable[Notification]) -> list[tuple[float, str, bool]]:
+    return [(t, i.status, i.repeat) for t, i in items(ns)]
+
+
+def toggles(gaps: Sequence[float], **kw: Any) -> list[AlertRecord]:
+    """Firing at 0, then resolved/firing alternately after each gap (ends resolved when
+    ``gaps`` has an odd length)."""
+    out = [rec("firing", 0.0, **kw)]
+    t = 0.0
+    for k, gap in enumerate(gaps):
+        t += gap
+        out.append(rec("resolved" if k % 2 == 0 else "firing", t, **kw))
+    return out
+
+
+# -- min_firing --------------------------------------------------------------------------------
+
+
+def test_short_blip_is_never_sent_and_counted_short() -> None:
+    lc = fresh(cfg(min_firing=300))
+    ns = drive(lc, [rec("firing", 0), rec("resolved", 120)], end=HOUR)
+    assert ns == []
+    assert lc.suppressed["short"] == 1
+    rows = lc.episodes_changed()
+    assert [r.state for r in rows] == ["dropped"]
+    assert rows[0].notified is False and rows[0].resolved_at == rec("resolved", 120).at
+
+
+def test_condition_held_past_min_firing_is_sent_once() -> None:
+    lc = fresh(cfg(min_firing=300))
+    ns = drive(lc, [rec("firing", 0), rec("resolved", 1200)], end=2 * HOUR)
+    # firing at 300, flushed after group_wait at the next advance; resolved after the hold
+    assert statuses(ns) == [(360.0, "firing", False), (1800.0, "resolved", False)]
+    assert ns[0].items[0].started_at == rec("firing", 0).at
+    assert lc.suppressed["short"] == 0
+
+
+def test_min_firing_reached_between_two_advances_still_counts() -> None:
+    # fired at 0 and cleared at 400 with no advance in between: it held for min_firing
+    lc = fresh(cfg(min_firing=300))
+    lc.update([rec("firing", 0), rec("resolved", 400)])
+    assert lc.advance(T0 + 400) == []
+    ns = lc.advance(T0 + 430) + lc.advance(T0 + 1000)
+    assert statuses(ns) == [(430.0, "firing", False), (1000.0, "resolved", False)]
+    assert lc.suppressed["short"] == 0
+
+
+def test_per_rule_min_firing_override() -> None:
+    config = cfg(min_firing=0, rules={"telemetry_stale": RuleTimingConfig(min_firing=600)})
+    lc = fresh(config)
+    ns = drive(lc, [rec("firing", 0, rule="telemetry_stale"), rec("resolved", 300,
+                                                                    rule="telemetry_stale"),
+                    rec("firing", 0, route="chat"), rec("resolved", 300, route="chat")],
+               end=HOUR)
+    assert {i.rule for _, i in items(ns)} == {"acceptance_drop"}
+    assert lc.suppressed["short"] == 1
+
+
+# -- keep_firing_for ---------------------------------------------------------------------------
+
+
+def test_refire_within_keep_firing_for_continues_the_episode() -> None:
+    lc = fresh(cfg())
+    ns = drive(lc, toggles([300, 300, 300]), end=2 * HOUR)   # resolved 300, firing 600,
+    assert statuses(ns) == [(60.0, "firing", False), (1500.0, "resolved", False)]  # res 900
+    assert ns[1].items[0].record.at == rec("resolved", 900).at
+    assert ns[0].items[0].episode == ns[1].items[0].episode
+    assert lc.suppressed["flap"] == 1
+
+
+def test_refire_after_keep_firing_for_is_a_new_episode() -> None:
+    lc = fresh(cfg())
+    ns = drive(lc, toggles([300, 900, 300]), end=2 * HOUR)   # clear for 900 s > 600 s
+    sts = statuses(ns)
+    assert [s for _, s, _ in sts] == ["firing", "resolved", "firing", "resolved"]
+    episodes = [i.episode for _, i in items(ns)]
+    assert episodes[0] == episodes[1] != episodes[2] == episodes[3]
+    assert lc.suppressed["flap"] == 0
+
+
+def test_hold_that_ran_out_between_advances_ends_the_episode() -> None:
+    # no advance during a long clear gap: the re-fire still starts a new episode
+    lc = fresh(cfg())
+    lc.update([rec("firing", 0)])
+    ns = lc.advance(T0) + lc.advance(T0 + 30)
+    lc.update([rec("resolved", 60), rec("firing", 60 + 3000)])
+    ns += lc.advance(T0 + 3060) + lc.advance(T0 + 3100)
+    assert [(i.status, i.record.at.timestamp() - T0) for _, i in items(ns)] == [
+        ("firing", 0.0), ("resolved", 60.0), ("firing", 3060.0)]
+    assert len({i.episode for _, i in items(ns)}) == 2
+
+
+def test_flapping_every_two_minutes_for_three_hours_is_one_episode() -> None:
+    lc = fresh(cfg(keep_firing_for=600))
+    gaps = [2 * MIN] * (3 * 30 - 1)                 # toggles every 2 min for 3 h, ends clear
+    records = toggles(gaps)
+    assert records[-1].state == "resolved"
+    ns = drive(lc, records, end=4 * HOUR)
+    sts = [(s, rep) for _, s, rep in statuses(ns)]
+    assert sts == [("firing", False), ("resolved", False)]
+    its = [i for _, i in items(ns)]
+    assert its[0].episode == its[1].episode
+    assert its[1].record.at == records[-1].at
+    assert lc.suppressed["flap"] == len(records) // 2 - 1
+    assert len({r.episode for r in lc.episodes_changed()}) == 1
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("step", [MIN, 17 * MIN])
+def test_hovering_condition_is_at_most_one_episode_per_hold(seed: int, step: float) -> None:
+    keep = 10 * MIN
+    rng = random.Random(seed)
+    gaps = [rng.randint(1, 30) * MIN for _ in range(301)]  # odd: ends clear
+    records = toggles(gaps)
+    lc = fresh(cfg(keep_firing_for=keep, repeat_interval=1000 * HOUR))
+    episodes: dict[str, EpisodeRow] = {}
+    ns: list[Notification] = []
+    t, end, pending = 0.0, records[-1].at.timestamp() - T0 + HOUR, list(records)
+    while t <= end:                   # drive() by hand, draining episode rows on the way
+        due = [r for r in pending if r.at.timestamp() <= T0 + t]
+        pending = pending[len(due):]
+        lc.update(due)
+        ns += lc.advance(T0 + t)
+        episodes.update((r.episode, r) for r in lc.episodes_changed())
+        t += step
+    clear_gaps = gaps[1::2]           # resolved -> next firing (even ones are firing spans)
+    expected = sum(1 for g in clear_gaps if g >= keep) + 1
+    assert len(episodes) == expected
+    assert all(r.state == "resolved" for r in episodes.values())
+    starts = sorted(r.started_at.timestamp() for r in episodes.values())
+    assert all(b - a >= keep for a, b in zip(starts, starts[1:], strict=False))
+    # what was sent: at most one firing and one resolve per episode, the resolve after it
+    seen: dict[str, list[str]] = {}
+    for _, i in items(ns):
+        seen.setdefault(i.episode, []).append(i.status)
+    assert all(v == ["firing", "resolved"] for v in seen.values())
+    assert set(seen) <= set(episodes)
+    if step == MIN:                  # every episode outlives group_wait: all are announced
+        assert set(seen) == set(episodes)
+
+
+# -- repeats -----------------------------------------------------------------------------------
+
+
+def test_reminders_every_repeat_interval() -> None:
+    lc = fresh(cfg(repeat_interval=HOUR))
+    ns = drive(lc, [rec("firing", 0), rec("resolved", 5 * HOUR)], end=6 * HOUR)
+    sts = statuses(ns)
+    assert sts[0] == (60.0, "firing", False)
+    reminders = [t for t, s, rep in sts if rep]
+    assert reminders == [60.0 + k * HOUR for k in range(1, 5)]
+    assert sts[-1] == (5 * HOUR + 600, "resolved", False)
+    assert all(i.record.state == "firing" for _, i in items(ns) if i.repeat)
+
+
+def test_no_reminders_while_silenced_one_when_it_ends() -> None:
+    lc = fresh(cfg(repeat_interval=HOUR))
+    s = silence(7, 1.5 * HOUR, 3.5 * HOUR)
+    ns = drive(lc, [rec("firing", 0), rec("resolved", 5 * HOUR)], end=6 * HOUR, silences=[s])
+    reminders = [t for t, _, rep in statuses(ns) if rep]
+    assert reminders == [60.0 + HOUR, 3.5 * HOUR, 4.5 * HOUR]
+    assert statuses(ns)[-1] == (5 * HOUR + 600, "resolved", False)
+    assert lc.suppressed["silenced"] == 1
+
+
+# -- grouping ----------------------------------------------------------------------------------
+
+
+def test_rules_of_one_route_within_group_wait_are_one_notification() -> None:
+    lc = fresh(cfg(group_wait=30, group_interval=300))
+    records = [rec("firing", 0, rule="acceptance_drop"),
+               rec("firing", 10, rule="below_breakeven"),
+               rec("firing", 20, rule="throughput_drop"),
+               rec("firing", 100, rule="telemetry_stale"),
+               rec("firing", 5, rule="acceptance_drop", route="chat")]
+    ns = drive(lc, records, end=1000, step=10)
+    assert [(rel(n), n.group, [i.rule for i in n.items]) for n in ns] == [
+        (30.0, {"route": "code"}, ["acceptance_drop", "below_breakeven", "throughput_drop"]),
+        (40.0, {"route": "chat"}, ["acceptance_drop"]),
+        (330.0, {"route": "code"}, ["telemetry_stale"]),   # waits for group_interval
+    ]
+    assert [i.rule for i in ns[2].active] == ["acceptance_drop", "below_breakeven",
+                                              "throughput_drop"]
+    assert all(i.status == "firing" and not i.repeat for i in ns[2].active)
+    assert ns[0].key == f"{group_id({'route': 'code'})}-1"
+    assert ns[2].key == f"{group_id({'route': 'code'})}-2"
+    assert ns[1].key == f"{group_id({'route': 'chat'})}-1"
+    assert ns[0].active == ()
+
+
+def test_group_by_more_labels_splits_groups() -> None:
+    lc = fresh(cfg(group_by=("route", "target_model")))
+    a = AlertRecord("acceptance_drop", "firing", datetime.fromtimestamp(T0, UTC), "warning",
+                    {"route": "code", "target_model": "m1"}, "a")
+    b = AlertRecord("acceptance_drop", "firing", datetime.fromtimestamp(T0, UTC), "warning",
+                    {"route": "code", "target_model": "m2"}, "b")
+    c = AlertRecord("telemetry_stale", "firing", datetime.fromtimestamp(T0, UTC), "warning",
+                    {"route": "code"}, "c")
+    ns = drive(lc, [a, b, c], end=300)
+    assert sorted(tuple(sorted(n.group.items())) for n in ns) == [
+        (("route", "code"), ("target_model", "")),
+        (("route", "code"), ("target_model", "m1")),
+        (("route", "code"), ("target_model", "m2")),
+    ]
+
+
+def test_resolve_of_a_group_with_news_out_waits_for_group_interval() -> None:
+    lc = fresh(cfg(group_wait=30, group_interval=900, keep_firing_for=0))
+    ns = drive(lc, [rec("firing", 0), rec("resolved", 120)], end=HOUR)
+    assert statuses(ns) == [(60.0, "firing", False), (960.0, "resolved", False)]
+
+
+def test_fired_and_resolved_before_the_flush_collapses_to_nothing() -> None:
+    lc = fresh(cfg(group_wait=HOUR, keep_firing_for=60))
+    ns = drive(lc, [rec("firing", 0), rec("resolved", 120)], end=3 * HOUR)
+    assert ns == []
+    assert lc.suppressed["collapsed"] == 1
+    rows = lc.episodes_changed()
+    assert rows[-1].state == "resolved" and not rows[-1].notified
+
+
+def test_reminder_in_the_buffer_is_replaced_by_the_resolve() -> None:
+    lc = fresh(cfg(group_interval=2 * HOUR, repeat_interval=HOUR, keep_firing_for=0))
+    # sent at 30; the reminder due at 3630 waits for group_interval (7230) and the resolve,
+    # due at 5010, takes its place
+    ns = drive(lc, [rec("firing", 0), rec("resolved", 5000)], end=4 * HOUR, step=30)
+    assert statuses(ns) == [(30.0, "firing", False), (7230.0, "resolved", False)]
+
+
+# -- silences ----------------------------------------------------------------------------------
+
+
+def test_silenced_trigger_is_sent_when_the_silence_ends() -> None:
+    lc = fresh(cfg())
+    s = silence(3, 0, HOUR)
+    ns = drive(lc, [rec("firing", 0)], end=2 * HOUR, silences=[s])
+    assert statuses(ns) == [(HOUR + 60, "firing", False)]
+    assert lc.suppressed["silenced"] == 1
+    rows = lc.episodes_changed()
+    assert rows[-1].silenced_by is None and rows[-1].notified
+
+
+def test_silence_records_its_id_on_the_episode() -> None:
+    lc = fresh(cfg())
+    lc.update([rec("firing", 0)])
+    assert lc.advance(T0 + 60, [silence(3, 0, HOUR)]) == []
+    rows = lc.episodes_changed()
+    assert rows[-1].state == "firing" and rows[-1].silenced_by == 3
+
+
+def test_silenced_through_its_resolve_is_never_sent() -> None:
+    lc = fresh(cfg())
+    s = silence(3, 0, HOUR)
+    ns = drive(lc, [rec("firing", 0), rec("resolved", 1000)], end=3 * HOUR, silences=[s])
+    assert ns == []
+    assert lc.suppressed["silenced"] == 1
+    assert lc.episodes_changed()[-1].state == "resolved"
+
+
+def test_resolve_of_an_episode_notified_before_the_silence_is_sent() -> None:
+    lc = fresh(cfg())
+    s = silence(3, 600, 2 * HOUR)
+    ns = drive(lc, [rec("firing", 0), rec("resolved", 1200)], end=3 * HOUR, silences=[s])
+    assert statuses(ns) == [(60.0, "firing", False), (1800.0, "resolved", False)]
+
+
+def test_silence_of_another_rule_or_route_does_not_mute() -> None:
+    lc = fresh(cfg())
+    ss = [silence(1, 0, HOUR, rule="telemetry_stale"), silence(2, 0, HOUR, route="chat*")]
+    ns = drive(lc, [rec("firing", 0)], end=120, silences=ss)
+    assert statuses(ns) == [(60.0, "firing", False)]
+
+
+def test_baseline_accepted_resolve_skips_the_hold() -> None:
+    lc = fresh(cfg(keep_firing_for=HOUR))
+    r = rec("resolved", 600, reason_resolved=BASELINE_ACCEPTED)
+    ns = drive(lc, [rec("firing", 0), r], end=2 * HOUR)
+    assert statuses(ns) == [(60.0, "firing", False), (600.0, "resolved", False)]
+    assert ns[1].items[0].record == r
+    # a plain resolve waits for the hold
+    lc = fresh(cfg(keep_firing_for=HOUR))
+    ns = drive(lc, [rec("firing", 0), rec("resolved", 600)], end=2 * HOUR)
+    assert statuses(ns)[-1] == (600.0 + HOUR, "resolved", False)
+
+
+def test_duplicates_update_the_record_but_not_the_phase() -> None:
+    lc = fresh(cfg())
+    lc.update([rec("resolved", 0)])                 # nothing open: ignored
+    lc.update([rec("firing", 0), rec("firing", 10)])
+    ns = lc.advance(T0 + 20) + lc.advance(T0 + 60)
+    assert len(ns) == 1 and ns[0].items[0].record == rec("firing", 10)
+    assert ns[0].items[0].started_at == rec("firing", 0).at
+    lc.update([rec("resolved", 100), rec("resolved", 200)])
+    ns = drive(lc, [], start=300, end=HOUR, step=100)
+    assert statuses(ns) == [(700.0, "resolved", False)]   # the hold counts from the first
+    assert ns[0].items[0].record == rec("resolved", 200)  # ... and the latest record is sent
+
+
+# -- episode rows ------------------------------------------------------------------------------
+
+
+def test_episode_rows_follow_the_phases() -> None:
+    lc = fresh(cfg(min_firing=120))
+    seen: list[tuple[str, bool]] = []
+
+    def step(records: list[AlertRecord], now: float) -> None:
+        lc.update(records)
+        lc.advance(T0 + now)
+        seen.extend((r.state, r.notified) for r in lc.episodes_changed())
+
+    step([rec("firing", 0)], 0)
+    step([], 120)
+    step([], 150)
+    step([rec("resolved", 300)], 300)
+    step([], 900)
+    assert seen == [("pending", False), ("firing", False), ("firing", True),
+                    ("resolving", True), ("resolved", True)]
+
+
+def test_episode_rows_latest_wins_within_one_drain() -> None:
+    lc = fresh(cfg())
+    drive(lc, [rec("firing", 0), rec("resolved", 100)], end=HOUR)
+    rows = lc.episodes_changed()
+    assert len(rows) == 1 and rows[0].state == "resolved" and rows[0].notified
+    assert rows[0].route == "code" and rows[0].group == {"route": "code"}
+    assert lc.episodes_changed() == []
+
+
+# -- state -------------------------------------------------------------------------------------
+
+
+def test_snapshot_holds_only_changed_groups() -> None:
+    lc = fresh(cfg())
+    lc.update([rec("firing", 0), rec("firing", 0, route="chat")])
+    assert lc.pending
+    first = lc.snapshot()
+    assert len(first) == 2 and not lc.pending
+    assert all(k.startswith(Lifecycle.STATE_PREFIX) for k in first)
+    assert all(v["kind"] == "alert_group" and v["version"] == 1 for v in first.values())
+    lc.update([rec("firing", 5, rule="telemetry_stale")])
+    assert list(lc.snapshot()) == [Lifecycle.STATE_PREFIX + group_id({"route": "code"})]
+    assert lc.snapshot() == {}
+
+
+def test_load_ignores_other_keys_and_drop_all_forgets() -> None:
+    lc = fresh(cfg())
+    lc.update([rec("firing", 0)])
+    store = {"route:xyz": {"kind": "route", "version": 3}, **lc.snapshot()}
+    other = Lifecycle(cfg())
+    assert not other.loaded
+    other.load(store)
+    assert other.loaded
+    assert statuses(other.advance(T0) + other.advance(T0 + 30)) == [(30.0, "firing", False)]
+    other.drop_all()
+    assert not other.loaded and not other.pending
+    assert other.advance(T0 + 60) == []
+
+
+def test_bad_snapshot_version_raises() -> None:
+    lc = fresh(cfg())
+    lc.update([rec("firing", 0)])
+    store = lc.snapshot()
+    key = next(iter(store))
+    with pytest.raises(StateVersionError):
+        Lifecycle(cfg()).load({key: {**store[key], "version": 2}})
+    with pytest.raises(StateVersionError):
+        Lifecycle(cfg()).load({key: {**store[key], "kind": "engine"}})
+
+
+Step = tuple[str, Any]
+
+
+def long_script() -> list[Step]:
+    """Several routes and rules through every path: short blips, flaps, holds, repeats,
+    silences, baseline accepts, collapses, per-rule timings."""
+    rng = random.Random(42)
+    records: list[AlertRecord] = []
+    routes = ["code", "chat", "batch-eu"]
+    rules = ["acceptance_drop", "below_breakeven", "telemetry_stale"]
+    for route in routes:
+        for rule in rules:
+            t = float(rng.randint(0, 20) * MIN)
+            for _ in range(rng.randint(4, 10)):
+                records.append(rec("firing", t, rule=rule, route=route))
+                t += rng.choice([1, 3, 7, 20, 90]) * MIN
+                reason = {"reason_resolved": BASELINE_ACCEPTED} if rng.random() < 0.15 else {}
+                records.append(rec("resolved", t, rule=rule, route=route, **reason))
+                t += rng.choice([2, 5, 15, 40]) * MIN
+    records.sort(key=lambda r: (r.at, r.rule, r.labels["route"]))
+    end = max(r.at.timestamp() for r in records) - T0 + 2 * HOUR
+    steps: list[Step] = []
+    t = 0.0
+    i = 0
+    while t <= end:
+        due = []
+        while i < len(records) and records[i].at.timestamp() <= T0 + t:
+            due.append(records[i])
+            i += 1
+        if due:
+            steps.append(("update", due))
+        steps.append(("advance", T0 + t))
+        t += rng.choice([10, 30, 60, 240])
+    return steps
+
+
+SCRIPT_CONFIG = cfg(
+    group_wait=30, group_interval=300, repeat_interval=HOUR, min_firing=60, keep_firing_for=600,
+    rules={"telemetry_stale": RuleTimingConfig(min_firing=300, keep_firing_for=120,
+                                               repeat_interval=1800)},
+)
+SCRIPT_SILENCES = (silence(1, 2 * HOUR, 3 * HOUR), silence(2, HOUR, 5 * HOUR, route="batch-*",
+                                                           rule="below_breakeven"))
+
+
+def run(lc: Lifecycle, steps: Sequence[Step], store: dict[str, Any] | None = None,
+        silences: Sequence[Silence] = SCRIPT_SILENCES) -> list[list[Notification]]:
+    """Each step's notifications; snapshots after every step go into ``store`` (through
+    JSON, as the state table would keep them)."""
+    out = []
+    for kind, arg in steps:
+        if kind == "update":
+            lc.update(arg)
+            out.append([])
+        else:
+            out.append(lc.advance(arg, silences))
+        if store is not None:
+            store.update(orjson.loads(orjson.dumps(lc.snapshot())))
+    return out
+
+
+def test_long_script_exercises_every_path() -> None:
+    lc = fresh(SCRIPT_CONFIG)
+    ns = [n for step in run(lc, long_script()) for n in step]
+    kinds = Counter((i.status, i.repeat) for n in ns for i in n.items)
+    assert kinds[("firing", False)] > 5 and kinds[("resolved", False)] > 5
+    assert kinds[("firing", True)] > 0
+    assert {"short", "flap", "silenced"} <= set(lc.suppressed)
+    assert any(len(n.items) > 1 for n in ns) and any(n.active for n in ns)
+
+
+def test_resolves_come_after_their_triggers_and_keys_are_unique() -> None:
+    lc = fresh(SCRIPT_CONFIG)
+    ns = [n for step in run(lc, long_script()) for n in step]
+    keys = [n.key for n in ns]
+    assert len(keys) == len(set(keys))
+    by_group: dict[str, list[int]] = {}
+    for n in ns:
+        gid, _, seq = n.key.rpartition("-")
+        assert gid == group_id(n.group)
+        by_group.setdefault(gid, []).append(int(seq))
+    assert all(seqs == list(range(1, len(seqs) + 1)) for seqs in by_group.values())
+    firing_at: dict[str, int] = {}
+    resolved: set[str] = set()
+    for k, n in enumerate(ns):
+        assert all(n.at <= m.at for m in ns[k:])
+        for i in n.items:
+            if i.status == "firing" and not i.repeat:
+                assert i.episode not in firing_at and i.episode not in resolved
+                firing_at[i.episode] = k
+            elif i.status == "firing":
+                assert i.episode in firing_at and i.episode not in resolved
+            else:
+                assert firing_at[i.episode] < k
+                resolved.add(i.episode)
+        assert not {i.episode for i in n.items} & {i.episode for i in n.active}
+
+
+def test_same_inputs_same_notifications() -> None:
+    steps = long_script()
+    a = [[n.to_json() for n in step] for step in run(fresh(SCRIPT_CONFIG), steps)]
+    b = [[n.to_json() for n in step] for step in run(fresh(SCRIPT_CONFIG), steps)]
+    assert a == b
+
+
+def assert_restore_identity(steps: Sequence[Step], config: LifecycleConfig,
+                            silences: Sequence[Silence]) -> list[list[Notification]]:
+    """Stopping after any step and restoring from the stored snapshots sends exactly what
+    the uninterrupted run sends, and leaves exactly the same stored state."""
+    store_full: dict[str, Any] = {}
+    full = run(fresh(config), steps, store_full, silences)
+    original = fresh(config)
+    store: dict[str, Any] = {}
+    for cut in range(len(steps) + 1):
+        if cut:
+            run(original, steps[cut - 1:cut], store, silences)
+        restored = Lifecycle(config)
+        restored.load(dict(store))
+        rest_store = dict(store)
+        rest = run(restored, steps[cut:], rest_store, silences)
+        assert rest == full[cut:], f"cut {cut}"
+        assert rest_store == store_full, f"cut {cut}"
+    return full
+
+
+def test_restore_at_every_cut_point_gives_the_same_notifications() -> None:
+    full = assert_restore_identity(long_script(), SCRIPT_CONFIG, SCRIPT_SILENCES)
+    assert sum(map(len, full)) > 10
+
+
+def test_restore_with_a_silence_ending_during_the_hold() -> None:
+    # silenced while firing, cleared while silenced, silence ends during the hold, then it
+    # fires again within the hold: announced only then (the same episode, told late)
+    steps: list[Step] = [
+        ("update", [rec("firing", 0)]), ("advance", T0 + 60), ("advance", T0 + 120),
+        ("update", [rec("resolved", 300)]), ("advance", T0 + 360), ("advance", T0 + 600),
+        ("advance", T0 + 660), ("update", [rec("firing", 700)]), ("advance", T0 + 720),
+        ("advance", T0 + 780), ("update", [rec("resolved", 800)]), ("advance", T0 + 1400),
+        ("advance", T0 + 1500),
+        # a second episode silenced through its resolve: silence 3 ends in its hold
+        ("update", [rec("firing", 4000)]), ("advance", T0 + 4000),
+        ("update", [rec("resolved", 4100)]), ("advance", T0 + 4300), ("advance", T0 + 4800),
+    ]
+    silences = [silence(1, 0, 620), silence(3, 3900, 4200)]
+    full = assert_restore_identity(steps, cfg(), silences)
+    assert statuses(n for step in full for n in step) == [
+        (780.0, "firing", False), (1400.0, "resolved", False)]
+
+
