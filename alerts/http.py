@@ -5,11 +5,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import logging
+
 import httpx
 
 from alerts.sinks.base import HttpRequest
 
 __all__ = ["HttpAnswer", "HttpClient"]
+
+# httpx logs every request URL at INFO and httpcore traces at DEBUG; a Slack webhook URL is
+# a secret, so neither may ever log below WARNING, whatever the root level is.
+for _name in ("httpx", "httpcore"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
 
 
 @dataclass(frozen=True, slots=True)

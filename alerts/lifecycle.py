@@ -20,6 +20,11 @@ their group's buffer for ``group_wait`` (a group nobody was told about yet: comp
 a chance to join) or ``group_interval`` (a group with episodes out: changes are batched),
 then leave together as one :class:`~alerts.notification.Notification`.
 
+Time passes in event time, not in calls: a resolve arriving after ``min_firing`` finds the
+episode firing even if no :meth:`Lifecycle.advance` came in between, and a re-fire after
+``keep_firing_for`` starts a new episode even if no advance ended the old one. So how
+often the caller advances changes when notifications leave, never what an episode is.
+
 >>> from datetime import UTC, datetime
 >>> cfg = LifecycleConfig(group_wait=30, keep_firing_for=600)
 >>> lc = Lifecycle(cfg)
@@ -44,6 +49,7 @@ True
 from __future__ import annotations
 
 import hashlib
+import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -381,9 +387,11 @@ class Lifecycle:
 
     def advance(self, now: float, silences: Sequence[Silence] = ()) -> list[Notification]:
         """Decide everything due at clock ``now`` (epoch seconds); return what leaves now."""
-        self._tick(now)
+        if math.isfinite(now):             # -inf: "no clock yet" from a caller; not a time
+            self._tick(now)
         c = self._clock
-        assert c is not None
+        if c is None:
+            return []                          # nothing seen, nothing can be due
         at = _dt(c)
         out: list[tuple[float, str, Notification]] = []
         for gid in sorted(self._groups):

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 OUTCOMES = ("delivered", "retried", "failed", "given_up")
-SUPPRESSED = ("short", "silenced", "flap")
+SUPPRESSED = ("short", "silenced", "flap", "collapsed")
 
 
 class AlertMetrics:
@@ -54,7 +54,8 @@ class AlertMetrics:
         self.suppressed = Counter(
             "specwatch_alerts_suppressed",
             "Alert transitions the lifecycle did not send: short (cleared within the minimum "
-            "firing time), silenced, flap (re-fired within the resolve hold: same episode).",
+            "firing time), silenced, flap (re-fired within the resolve hold: same episode), "
+            "collapsed (fired and resolved before its group was notified).",
             ["reason"], registry=registry,
         )
         self.notifications_decided = Counter(

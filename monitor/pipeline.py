@@ -155,7 +155,8 @@ class Pipeline:
         # Called after a checkpoint that wrote outbox rows (the delivery worker's wake-up).
         self.on_outbox = list(on_outbox or [])
         self.holder = holder
-        self._applied_baselines: list[tuple[int, str]] = []        self.parser = Parser(max_message_bytes=config.max_message_bytes)
+        self._applied_baselines: list[tuple[int, str]] = []
+        self.parser = Parser(max_message_bytes=config.max_message_bytes)
         self.summary = IngestSummary()
         self._clock = clock
         self._partitions: dict[int, PartitionTracker] = {}

@@ -93,8 +93,9 @@ def build_sinks(config: AlertingConfig, env: Mapping[str, str], *,
             else PagerDutySink(v, config.pagerduty))
     if (v := value(ENV["alertmanager"])) and _enabled(config, "alertmanager"):
         urls = [_url(u, ENV["alertmanager"]) for u in (p.strip() for p in v.split(",")) if u]
-        if urls:
-            sinks["alertmanager"] = AlertmanagerSink(urls, config.alertmanager, clock)
+        if not urls:  # set but only commas: a broken template, not "no Alertmanager"
+            raise SinkConfigError(f"{ENV['alertmanager']} lists no URL")
+        sinks["alertmanager"] = AlertmanagerSink(urls, config.alertmanager, clock)
     if (v := value(ENV["webhook"])) and _enabled(config, "webhook"):
         sinks["webhook"] = WebhookSink(_url(v, ENV["webhook"]))
     if _enabled(config, "log"):

@@ -34,7 +34,7 @@ import orjson
 
 from alerts.notification import AlertItem, Notification
 from alerts.sinks.base import HttpRequest, Outcome
-from alerts.sinks.text import one_line, reason, retry_after, rfc3339, truncate
+from alerts.sinks.text import one_line, reason, retry_after, rfc3339, scrub, truncate
 from monitor.config import PagerDutyConfig
 
 __all__ = ["PagerDutySink", "dedup_key"]
@@ -72,7 +72,7 @@ class PagerDutySink:
         self._config = config
         self._base = base_url.rstrip("/")
         self.min_interval = config.min_interval
-        self._severity: dict[str, str] = dict(config.severity_map)
+        self._severity: dict[str, str] = {str(k): str(v) for k, v in config.severity_map.items()}
 
     def __repr__(self) -> str:
         return f"PagerDutySink(routing_key=[redacted], base_url={self._base!r})"
@@ -87,7 +87,7 @@ class PagerDutySink:
 
     def _request(self, item: AlertItem) -> HttpRequest | None:
         rec = item.record
-        route = truncate(one_line(rec.labels["route"]), 80)
+        route = truncate(scrub(one_line(rec.labels["route"]), [self._key]), 80)
         if rec.rule in self._config.change_event_rules:
             # A change is a point in time: announced once, never reminded nor resolved.
             if item.status != "firing" or item.repeat:

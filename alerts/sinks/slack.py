@@ -40,6 +40,7 @@ from alerts.sinks.text import (
     one_line,
     reason,
     retry_after,
+    scrub,
     slack_escape,
     truncate,
     truncate_mrkdwn,
@@ -193,7 +194,8 @@ class SlackSink:
 
     def requests(self, n: Notification) -> list[HttpRequest]:
         k = len(n.items)
-        describe = (f"slack {_status_word(n).lower()} route {truncate(one_line(n.route), 80)}"
+        route = scrub(one_line(n.route), self._secrets)  # a route could quote the URL
+        describe = (f"slack {_status_word(n).lower()} route {truncate(route, 80)}"
                     f" ({k} alert{'s' if k != 1 else ''})")
         return [HttpRequest("POST", self._url, orjson.dumps(render(n)), describe)]
 

@@ -436,6 +436,14 @@ def test_load_ignores_other_keys_and_drop_all_forgets() -> None:
     assert other.advance(T0 + 60) == []
 
 
+def test_advance_without_a_clock_decides_nothing() -> None:
+    lc = fresh(cfg())
+    assert lc.advance(float("-inf")) == [] and lc.clock is None
+    lc.update([rec("firing", 0)])
+    assert lc.advance(float("-inf")) == [] and lc.clock == T0   # records set the clock
+    assert len(lc.advance(T0 + 30)) == 1
+
+
 def test_bad_snapshot_version_raises() -> None:
     lc = fresh(cfg())
     lc.update([rec("firing", 0)])
