@@ -250,7 +250,7 @@ class AlertmanagerConfig(_Frozen):
 class DeliveryConfig(_Frozen):
     timeout: Duration = 10.0
     backoff_initial: Duration = 1.0
-    backoff_max: Duration = 300.0
+    backoff_max: Duration = 60.0
     give_up_after: Duration = 7 * 86400.0
     poll_interval: Duration = 1.0
     lease: Duration = 30.0  # one daemon delivers a sink's queue at a time

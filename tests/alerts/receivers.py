@@ -127,6 +127,13 @@ class Receiver:
             for _ in range(times):
                 self._script.append(_Cue(status, dict(headers or {}), _encode(body)))
 
+    def clear(self) -> int:
+        """Drop the cues not used yet (an outage ends); returns how many there were."""
+        with self._lock:
+            n = len(self._script)
+            self._script.clear()
+            return n
+
     @property
     def pending(self) -> int:
         """Cues not used yet."""

@@ -112,6 +112,8 @@ def test_repost_keeps_a_firing_alert_alive_and_reposts_the_resolve(
     assert second["endsAt"] > first["endsAt"]  # RFC 3339 UTC strings order as times
     assert second["fingerprint"] == first["fingerprint"]
 
+    # Alertmanager announces no resolve for an alert it never announced firing.
+    wait_for(lambda: _sent(alertmanager, "firing"), timeout=30, what="the firing webhook")
     resolved_at = datetime.now(UTC) - timedelta(seconds=1)
     store.commit(Checkpoint("test", episodes=[{**episode, "state": "resolved",
                                                "resolved_at": resolved_at}]))
