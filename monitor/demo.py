@@ -19,7 +19,14 @@ from monitor.aggregate.bucket import BucketStats
 from monitor.aggregate.series import SeriesKey
 from monitor.app import Application
 from monitor.broker import EmbeddedBroker
-from monitor.config import Config, IngestConfig, KafkaConfig, StoreConfig
+from monitor.config import (
+    AlertingConfig,
+    Config,
+    IngestConfig,
+    KafkaConfig,
+    SinkFilter,
+    StoreConfig,
+)
 from monitor.simulate import KafkaWriter, Simulator, scenario_config
 from monitor.store.db import upgrade
 from monitor.store.store import Store
@@ -80,8 +87,10 @@ def run_demo(
                               session_timeout_ms=6000, max_poll_interval_ms=10000),
             store=StoreConfig(url=url),
             ingest=IngestConfig(checkpoint_interval=1.0),
+            # Alert lines would scroll the live table away; `specwatch alerts` shows them.
+            alerting=AlertingConfig(routing={"log": SinkFilter(enabled=False)}),
         )
-        app = Application(config)
+        app = Application(config, env={})
         daemon = threading.Thread(target=app.run, name="daemon", daemon=True)
         simulator = threading.Thread(
             target=_simulate, args=(broker.bootstrap_servers, config.kafka.topic, rate, stop),
@@ -116,7 +125,8 @@ def run_demo(
             simulator.join(timeout=10)
             daemon.join(timeout=30)
     print(f"stopped; the tables stay in {data_dir / 'specwatch.db'}:\n"
-          f"  specwatch ratios --db {url} --granularity minute", file=out)
+          f"  specwatch ratios --db {url} --granularity minute\n"
+          f"  specwatch alerts --all --db {url}", file=out)
     return 0
 
 

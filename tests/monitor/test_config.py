@@ -32,6 +32,17 @@ def test_yaml_and_toml_give_the_same_config(tmp_path: Path) -> None:
         ("kafka:\n  auto_offset_reset: sometimes\n", "kafka.auto_offset_reset", "earliest"),
         ("stor:\n  url: x\n", "stor", "unknown key"),
         ("ingest:\n  allowed_lateness: 10m\n  dedup_horizon: 1m\n", "ingest", "dedup_horizon"),
+        ("alerting:\n  routing:\n    teams: {}\n", "alerting.routing.teams", "slack"),
+        ("alerting:\n  routing:\n    slack: {rules: [acceptance_dorp]}\n",
+         "alerting.routing.slack.rules", "unknown rule 'acceptance_dorp'"),
+        ("alerting:\n  routing:\n    slack: {severities: [page]}\n",
+         "alerting.routing.slack.severities.0", "critical"),
+        ("alerting:\n  lifecycle:\n    keep_firing_for: soon\n",
+         "alerting.lifecycle.keep_firing_for", "invalid duration"),
+        ("alerting:\n  lifecycle:\n    group_by: [rule]\n", "alerting.lifecycle.group_by",
+         "must include 'route'"),
+        ("alerting:\n  route_overrides:\n    - {routes: [], routing: {}}\n",
+         "alerting.route_overrides.0.routes", "at least 1"),
     ],
 )
 def test_bad_keys_and_values_name_the_key_path(
@@ -78,3 +89,9 @@ def test_shipped_deployment_config_loads() -> None:
     cfg = load_config(Path(__file__).parents[2] / "deploy" / "specwatch.yaml", env={})
     assert cfg.kafka.partitions == 12
     assert cfg.detection.cost_models[0].c == 0.05
+    alerting = cfg.alerting
+    assert not alerting.filter_for("pagerduty", "batch-eu").admits("below_breakeven", "warning")
+    assert alerting.filter_for("pagerduty", "code").admits("below_breakeven", "warning")
+    assert not alerting.filter_for("pagerduty", "code").admits("acceptance_rise", "info")
+    assert alerting.filter_for("webhook", "code").admits("acceptance_rise", "info")
+    assert alerting.lifecycle.timing("memory_contention") == (120.0, 600.0, 14400.0)
