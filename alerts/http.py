@@ -3,9 +3,8 @@ secret): a failed request comes back as status 0 and a short reason."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import logging
+from dataclasses import dataclass, field
 
 import httpx
 

@@ -20,6 +20,9 @@ from monitor.pipeline import Pipeline
 log = logging.getLogger(__name__)
 
 
+IDLE_POLLS = 3  # empty polls in a row that mean nothing is left to read
+
+
 def source_id(config: KafkaConfig) -> str:
     """The name a consumer group's progress is stored under."""
     return f"kafka:{config.group_id}:{config.topic}"
@@ -65,6 +68,7 @@ class KafkaSource:
             max_partition_fetch_bytes=config.fetch_max_bytes,
         )
         self.consumer.subscribe([config.topic], listener=_Rebalance(self))
+        self._empty_polls = 0
 
     def resume(self, assigned: set[TopicPartition] | list[TopicPartition]) -> None:
         """Load stored state for ``assigned`` and seek each partition to its stored offset."""
@@ -89,6 +93,7 @@ class KafkaSource:
             for r in records:
                 process(p, r.offset, r.value, r.key)
             n += len(records)
+        self._empty_polls = 0 if n else self._empty_polls + 1
         if pipeline.due():
             self.checkpoint()
         return n
@@ -98,11 +103,17 @@ class KafkaSource:
 
         Silence is only judged when caught up: after downtime, a route's newest event in
         the store is old until the backlog is read, and that is not the route going quiet.
-        A partition whose high watermark is not known yet counts as caught up.
+        Until every owned partition's high watermark is known (the first fetch brings it),
+        only a few empty polls in a row count as caught up.
         """
-        for p in self.pipeline.partitions:
+        partitions = self.pipeline.partitions
+        if not partitions:
+            return False  # nothing assigned (yet): nothing here to judge
+        if self._empty_polls >= IDLE_POLLS:
+            return True
+        for p in partitions:
             hw = self.consumer.highwater(TopicPartition(self.config.topic, p))
-            if hw is not None and (self.pipeline.next_offset(p) or 0) < hw:
+            if hw is None or (self.pipeline.next_offset(p) or 0) < hw:
                 return False
         return True
 
