@@ -140,6 +140,7 @@ class Pipeline:
         on_alerts: list[Callable[[list[AlertRecord]], None]] | None = None,
         alerting: AlertDecider | None = None,
         on_outbox: list[Callable[[], None]] | None = None,
+        on_commit: list[Callable[[Checkpoint], None]] | None = None,
         holder: str = "",
         clock: Any = time.monotonic,
     ) -> None:
@@ -154,6 +155,8 @@ class Pipeline:
         self.alerting = alerting
         # Called after a checkpoint that wrote outbox rows (the delivery worker's wake-up).
         self.on_outbox = list(on_outbox or [])
+        # Called with every committed checkpoint (metrics that follow the exact rollups).
+        self.on_commit = list(on_commit or [])
         self.holder = holder
         self._applied_baselines: list[tuple[int, str]] = []
         self.parser = Parser(max_message_bytes=config.max_message_bytes)
@@ -408,6 +411,8 @@ class Pipeline:
         if cp.outbox:
             for wake in self.on_outbox:
                 wake()
+        for callback in self.on_commit:
+            callback(cp)
         newest = max((t.max_ts for t in self._partitions.values()), default=NEG_INF)
         if newest != NEG_INF:
             self.metrics.event_time_lag.set(max(0.0, time.time() - newest))

@@ -1,4 +1,4 @@
-"""alert delivery: episodes, the outbox, sink leases, silences and baseline requests
+"""alert delivery: episodes, the outbox, leases, silences and baseline requests
 
 Revision ID: 0003
 Revises: 0002
@@ -60,11 +60,11 @@ def upgrade() -> None:
     )
     op.create_index("ix_outbox_sink_state_id", "outbox", ["sink", "state", "id"])
     op.create_table(
-        "sink_leases",
-        sa.Column("sink", sa.String(32), nullable=False),
+        "leases",
+        sa.Column("name", sa.String(64), nullable=False),
         sa.Column("holder", sa.String(255), nullable=False),
         sa.Column("expires_at", _TS, nullable=False),
-        sa.PrimaryKeyConstraint("sink", name="pk_sink_leases"),
+        sa.PrimaryKeyConstraint("name", name="pk_leases"),
     )
     op.create_table(
         "silences",
@@ -98,7 +98,7 @@ def downgrade() -> None:
     op.drop_table("baseline_requests")
     op.drop_index("ix_silences_ends_at", table_name="silences")
     op.drop_table("silences")
-    op.drop_table("sink_leases")
+    op.drop_table("leases")
     op.drop_index("ix_outbox_sink_state_id", table_name="outbox")
     op.drop_table("outbox")
     op.drop_index("ix_alert_episodes_started_at", table_name="alert_episodes")

@@ -9,17 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, delete, func, insert, or_, select, update
+from sqlalchemy import Connection, Engine, and_, func, insert, or_, select, update
 
 from alerts.silences import Silence
+from monitor.store.leases import acquire_lease, release_lease
 from monitor.store.series_ids import dialect_insert
 from monitor.store.tables import (
     baseline_table,
     episodes_table,
-    leases_table,
     outbox_table,
     silences_table,
 )
@@ -98,27 +98,11 @@ class AlertingStore:
     # -- leases ------------------------------------------------------------------------------
 
     def acquire_lease(self, sink: str, holder: str, now: datetime, hold: float) -> bool:
-        """Take or renew ``sink``'s lease; ``False`` while another live holder has it."""
-        c = leases_table.c
-        until = now + timedelta(seconds=hold)
-        with self.engine.begin() as conn:
-            done = conn.execute(
-                update(leases_table)
-                .where(c.sink == sink, or_(c.holder == holder, c.expires_at <= now))
-                .values(holder=holder, expires_at=until)
-            ).rowcount
-            if done:
-                return True
-            stmt = dialect_insert(conn, leases_table).values(
-                sink=sink, holder=holder, expires_at=until
-            ).on_conflict_do_nothing(index_elements=["sink"]).returning(c.sink)
-            # rowcount is -1 for this statement under psycopg: count returned rows instead.
-            return conn.execute(stmt).first() is not None
+        """Take or renew the lease on ``sink``'s queue."""
+        return acquire_lease(self.engine, f"sink:{sink}", holder, now, hold)
 
     def release_lease(self, sink: str, holder: str) -> None:
-        c = leases_table.c
-        with self.engine.begin() as conn:
-            conn.execute(delete(leases_table).where(c.sink == sink, c.holder == holder))
+        release_lease(self.engine, f"sink:{sink}", holder)
 
     # -- outbox ------------------------------------------------------------------------------
 

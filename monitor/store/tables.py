@@ -220,12 +220,13 @@ class OutboxEntry(Base):
     )
 
 
-class SinkLease(Base):
-    """Which daemon delivers a sink's queue: one at a time keeps each sink's order."""
+class Lease(Base):
+    """Which daemon does a singular job (``sink:slack``: deliver a sink's queue, keeping its
+    order; ``job:retention``: a scheduled job) until ``expires_at``."""
 
-    __tablename__ = "sink_leases"
+    __tablename__ = "leases"
 
-    sink: Mapped[str] = mapped_column(SafeString(32), primary_key=True)
+    name: Mapped[str] = mapped_column(SafeString(64), primary_key=True)
     holder: Mapped[str] = mapped_column(SafeString(255))
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
@@ -273,6 +274,6 @@ state_table: Table = StateSnapshot.__table__  # type: ignore[assignment]
 alerts_table: Table = AlertEvent.__table__  # type: ignore[assignment]
 episodes_table: Table = AlertEpisode.__table__  # type: ignore[assignment]
 outbox_table: Table = OutboxEntry.__table__  # type: ignore[assignment]
-leases_table: Table = SinkLease.__table__  # type: ignore[assignment]
+leases_table: Table = Lease.__table__  # type: ignore[assignment]
 silences_table: Table = SilenceEntry.__table__  # type: ignore[assignment]
 baseline_table: Table = BaselineRequest.__table__  # type: ignore[assignment]
