@@ -20,10 +20,13 @@ their group's buffer for ``group_wait`` (a group nobody was told about yet: comp
 a chance to join) or ``group_interval`` (a group with episodes out: changes are batched),
 then leave together as one :class:`~alerts.notification.Notification`.
 
-Time passes in event time, not in calls: a resolve arriving after ``min_firing`` finds the
-episode firing even if no :meth:`Lifecycle.advance` came in between, and a re-fire after
-``keep_firing_for`` starts a new episode even if no advance ended the old one. So how
-often the caller advances changes when notifications leave, never what an episode is.
+The lifecycle is a discrete-event simulation in event time. Every timer (a promotion after
+``min_firing``, the end of a hold, a group's flush, a reminder, the end of a silence holding an
+alert back) is decided at its own time, in time order, and before any record that comes
+later, however records are batched into :meth:`Lifecycle.update` calls and however often
+:meth:`Lifecycle.advance` is called: a checkpoint holding an hour of records, handed over at
+once, gives the notifications the same records fed one at a time would, stamped the same.
+Calls only choose *when* the caller gets what was decided, never what nor at what time.
 
 >>> from datetime import UTC, datetime
 >>> cfg = LifecycleConfig(group_wait=30, keep_firing_for=600)
@@ -49,6 +52,7 @@ True
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -70,7 +74,11 @@ BASELINE_ACCEPTED = "baseline accepted"
 """``details["reason_resolved"]`` of a resolve the operator asked for: no hysteresis hold."""
 
 _KIND = "alert_group"
+_META_KIND = "alert_lifecycle"
+_META_KEY = "alerts/lifecycle"
 _VERSION = 1
+
+log = logging.getLogger(__name__)
 
 
 def group_id(group: dict[str, str]) -> str:
@@ -102,9 +110,9 @@ class EpisodeRow:
 
     ``state`` is ``pending``/``firing``/``resolving`` while open, then ``resolved`` or
     ``dropped`` (cleared before ``min_firing``: nobody was ever told). ``resolved_at`` is the
-    event time the condition cleared; ``updated_at`` the lifecycle clock at the change.
-    ``silenced_by`` is the id of the silence holding back the episode's announcement (or,
-    once announced, a reminder that was due).
+    event time the condition cleared; ``updated_at`` the event time of the change (the record's
+    or the timer's that made it). ``silenced_by`` is the id of the silence holding back the
+    episode's announcement (or, once announced, a reminder that was due).
     """
 
     episode: str
@@ -188,10 +196,11 @@ class _Group:
     """A group's open episodes, its buffer of due items and its notification sequence.
 
     Kept for good once created, even empty: ``seq`` must never restart, or a later
-    notification would reuse the key of an earlier one.
+    notification would reuse the key of an earlier one. ``out`` holds the notifications it
+    sent (flushed) that no :meth:`Lifecycle.advance` handed out yet, with their flush times.
     """
 
-    __slots__ = ("alerts", "buffer", "flush_at", "gid", "labels", "last_flush", "seq")
+    __slots__ = ("alerts", "buffer", "flush_at", "gid", "labels", "last_flush", "out", "seq")
 
     def __init__(self, gid: str, labels: dict[str, str]) -> None:
         self.gid = gid
@@ -201,6 +210,7 @@ class _Group:
         self.flush_at: float | None = None
         self.last_flush: float | None = None
         self.seq = 1                           # of the next notification
+        self.out: list[tuple[float, int, Notification]] = []
 
     def ordered(self) -> list[_Alert]:
         # A canonical order, not dict order: a restored lifecycle must decide alerts in the
@@ -210,12 +220,17 @@ class _Group:
     def has_open_notified(self) -> bool:
         return any(a.notified for a in self.alerts.values())
 
+    def buffered(self, episode: str) -> bool:
+        return any(i.episode == episode for i in self.buffer)
+
     def to_json(self, clock: float | None) -> dict[str, Any]:
         return {
             "kind": _KIND, "version": _VERSION, "gid": self.gid, "group": dict(self.labels),
             "seq": self.seq, "last_flush": self.last_flush, "flush_at": self.flush_at,
             "clock": clock, "buffer": [i.to_json() for i in self.buffer],
             "alerts": [self.alerts[fp].to_json() for fp in sorted(self.alerts)],
+            "out": [{"at": t, "seq": seq, "notification": n.to_json()}
+                    for t, seq, n in self.out],
         }
 
     @classmethod
@@ -229,7 +244,14 @@ class _Group:
         for raw in data["alerts"]:
             a = _Alert.from_json(raw)
             g.alerts[a.fingerprint] = a
+        g.out = [(o["at"], int(o["seq"]), Notification.from_json(o["notification"]))
+                 for o in data.get("out", ())]
         return g
+
+
+def _silence_from_json(data: dict[str, Any]) -> Silence:
+    return Silence(int(data["id"]), data["route"], data["rule"], _parse_iso(data["starts_at"]),
+                   _parse_iso(data["ends_at"]), data["reason"], data.get("created_by", ""))
 
 
 class Lifecycle:
@@ -243,15 +265,24 @@ class Lifecycle:
     Notes
     -----
     State lives per group and leaves through :meth:`snapshot` (only the groups that
-    changed) under ``STATE_PREFIX + gid``; :meth:`load` takes them back. ``suppressed``
-    counts what was held back, by reason: ``short`` (cleared before ``min_firing``),
-    ``silenced`` (once per episode), ``flap`` (fired again within ``keep_firing_for``: the
-    same episode continues) and ``collapsed`` (fired and resolved before its group's
-    notification went out: nothing to tell). It is a process counter, not restored.
+    changed) under ``STATE_PREFIX + gid``, plus the silences last passed to :meth:`advance`
+    under ``alerts/lifecycle`` (when they changed); :meth:`load` takes them back.
+    ``suppressed`` counts what was held back, by reason: ``short`` (cleared before
+    ``min_firing``), ``silenced`` (once per episode), ``flap`` (fired again within
+    ``keep_firing_for``: the same episode continues) and ``collapsed`` (fired, cleared and
+    held out before its group's notification went out, in event time: nothing to tell). It
+    is a process counter, not restored.
 
-    ``now`` is expected not to go back between calls (wall clock live, event time in
-    replay): the restored clock is the newest one stored with any group, so a ``now`` older
-    than the clock before a restart could decide differently after it.
+    Every timer is decided at its own event time, before any record that is later (see the
+    module docstring). So the notifications do not depend on how records are batched nor on
+    when ``advance`` is called, as long as records come in event-time order and no
+    ``advance`` goes past a record still to come. One that did (a wall-clock tick ahead of a
+    backlog) has decided the timers up to its ``now`` without those records; they are then
+    applied at their own times all the same, and what they make due is decided at its own
+    time too, earlier than the tick.
+
+    Silences are those of the latest :meth:`advance`: records applied by :meth:`update`
+    before it are decided against the previous ones.
     """
 
     STATE_PREFIX = "alerts/group/"
@@ -262,16 +293,24 @@ class Lifecycle:
         self.suppressed: Counter[str] = Counter()
         self._groups: dict[str, _Group] = {}
         self._where: dict[str, str] = {}          # fingerprint -> gid of its open episode
-        self._clock: float | None = None
+        self._clock: float | None = None          # the largest time seen
+        self._now: float | None = None            # the event time being decided
+        self._silences: tuple[Silence, ...] = ()
+        self._silences_dirty = False
         self._dirty: set[str] = set()
         self._episodes: dict[str, EpisodeRow] = {}
 
     # -- state ---------------------------------------------------------------------------------
 
     def load(self, states: dict[str, Any]) -> None:
-        """Restore every group stored under ``STATE_PREFIX`` (other keys are not ours)."""
+        """Restore every group stored under ``STATE_PREFIX`` and the silences (other keys are
+        not ours)."""
         self._reset()
         for key, data in states.items():
+            if key == _META_KEY:
+                require_version(data, _META_KIND, _VERSION)
+                self._silences = tuple(_silence_from_json(s) for s in data["silences"])
+                continue
             if not key.startswith(self.STATE_PREFIX):
                 continue
             g = _Group.from_json(data)
@@ -286,7 +325,7 @@ class Lifecycle:
     @property
     def pending(self) -> bool:
         """State changed since the last :meth:`snapshot`."""
-        return bool(self._dirty)
+        return bool(self._dirty) or self._silences_dirty
 
     @property
     def clock(self) -> float | None:
@@ -295,9 +334,13 @@ class Lifecycle:
 
     def snapshot(self) -> dict[str, Any]:
         """Snapshots of the groups changed since the last call, keyed for the state table."""
-        out = {self.STATE_PREFIX + gid: self._groups[gid].to_json(self._clock)
-               for gid in sorted(self._dirty)}
+        out: dict[str, Any] = {self.STATE_PREFIX + gid: self._groups[gid].to_json(self._clock)
+                               for gid in sorted(self._dirty)}
+        if self._silences_dirty:
+            out[_META_KEY] = {"kind": _META_KIND, "version": _VERSION,
+                              "silences": [s.to_json() for s in self._silences]}
         self._dirty.clear()
+        self._silences_dirty = False
         return out
 
     def drop_all(self) -> None:
@@ -310,7 +353,16 @@ class Lifecycle:
         self._where.clear()
         self._dirty.clear()
         self._episodes.clear()
-        self._clock = None
+        self._clock = self._now = None
+        self._silences = ()
+        self._silences_dirty = False
+
+    def firing(self) -> list[tuple[str, str, str]]:
+        """(rule, route, severity) of each open episode that fired: firing, or cleared and
+        still held for keep_firing_for (its resolve is not out yet)."""
+        return [(a.record.rule, a.record.labels.get("route", ""), a.record.severity)
+                for g in self._groups.values() for a in g.alerts.values()
+                if a.phase in ("firing", "resolving")]
 
     def episodes_changed(self) -> list[EpisodeRow]:
         """Episode rows changed since the last call, the latest state of each."""
@@ -321,10 +373,16 @@ class Lifecycle:
     # -- input ---------------------------------------------------------------------------------
 
     def update(self, records: Iterable[AlertRecord]) -> None:
-        """Apply condition changes, in decision order."""
+        """Apply condition changes, in decision order.
+
+        Each record is applied at its event time, after every timer due by then: what those
+        send waits in the lifecycle for the next :meth:`advance`.
+        """
         for r in records:
             t = r.at.timestamp()
+            self._run_until(t)
             self._tick(t)
+            self._now = t
             fp = r.fingerprint
             gid = self._where.get(fp)
             if r.state == "firing":
@@ -343,14 +401,17 @@ class Lifecycle:
                 return
             _, keep, _ = self.config.timing(r.rule)
             assert a.cleared_at is not None
-            if not a.skip_hold and t - a.cleared_at < keep:
+            if not a.skip_hold and t < a.cleared_at + keep:
                 # back within the hold: the same episode goes on, and nobody hears of it
                 a.phase, a.record, a.resolved, a.cleared_at = "firing", r, None, None
                 self.suppressed["flap"] += 1
                 self._changed(g, a)
+                # firing again now: announced now if it never was and no silence holds it,
+                # a reminder now if one fell due during the hold
+                self._decide(g, a, t)
                 return
-            # The hold ran out before this record (no advance came in between to notice):
-            # the old episode ends exactly as an advance would have ended it, then a new one.
+            # The hold ran out before this record but was not decided (a state stored by an
+            # earlier version): the old episode ends here, then a new one starts.
             self._finish(g, a, t)
         labels = {k: r.labels.get(k, "") for k in self.config.group_by}
         gid = group_id(labels)
@@ -366,53 +427,126 @@ class Lifecycle:
         skip = r.details.get("reason_resolved") == BASELINE_ACCEPTED
         if a.phase == "resolving":
             a.resolved = r                     # duplicate: newer summary/details only
-            a.skip_hold = a.skip_hold or skip  # ... but an operator's accept still counts
+            if skip and not a.skip_hold:
+                # ... but an operator's accept still counts: the hold ends now
+                a.skip_hold, a.cleared_at = True, t
             self._changed(g, a)
             return
         if a.phase == "pending":
             min_firing, _, _ = self.config.timing(r.rule)
-            if t - a.started < min_firing:
+            if t < a.started + min_firing:
                 a.resolved = r
                 self._remove(g, a)
                 self.suppressed["short"] += 1
                 self._row(g, a, "dropped")
                 return
-            # It held for min_firing: it was firing, only no advance came to see it. It goes
-            # on as a firing episode that cleared; its firing item is decided at the next
-            # advance (silences are known only there), see _decide.
+            # It held for min_firing but the promotion was not decided (a state stored by an
+            # earlier version): it goes on as a firing episode that cleared.
         a.phase, a.resolved, a.cleared_at, a.skip_hold = "resolving", r, t, skip
         self._changed(g, a)
 
     # -- deciding ------------------------------------------------------------------------------
 
     def advance(self, now: float, silences: Sequence[Silence] = ()) -> list[Notification]:
-        """Decide everything due at clock ``now`` (epoch seconds); return what leaves now."""
+        """Decide every timer due by the clock under ``silences``; return what was sent since
+        the last call, in (flush time, group) order.
+
+        The clock moves on to ``now`` (epoch seconds) if that is later: it is the largest of
+        every ``now`` and every record's time.
+        """
         if math.isfinite(now):             # -inf: "no clock yet" from a caller; not a time
             self._tick(now)
-        c = self._clock
-        if c is None:
+        silences = tuple(silences)
+        if silences != self._silences:
+            self._silences = silences
+            self._silences_dirty = True
+        if self._clock is None:
             return []                          # nothing seen, nothing can be due
-        at = _dt(c)
-        out: list[tuple[float, str, Notification]] = []
+        self._run_until(self._clock)
+        out: list[tuple[float, str, int, Notification]] = []
         for gid in sorted(self._groups):
             g = self._groups[gid]
-            for a in g.ordered():
-                self._decide(g, a, c, at, silences)
-            if g.flush_at is not None and g.flush_at <= c and g.buffer:
-                out.append((g.flush_at, gid, self._flush(g, c)))
-        out.sort(key=lambda x: (x[0], x[1]))
-        return [n for _, _, n in out]
+            if g.out:
+                out.extend((t, gid, seq, n) for t, seq, n in g.out)
+                g.out = []
+                self._dirty.add(gid)
+        out.sort(key=lambda x: x[:3])
+        return [n for *_, n in out]
 
-    def _decide(
-        self, g: _Group, a: _Alert, c: float, at: datetime, silences: Sequence[Silence]
-    ) -> None:
+    def _run_until(self, until: float) -> None:
+        """Decide every timer due at or before ``until``, each at its own time, in order."""
+        stuck: set[str] = set()
+        while True:
+            due: list[_Group] = []
+            d = math.inf
+            for gid in sorted(self._groups):
+                if gid in stuck:
+                    continue
+                g = self._groups[gid]
+                t = self._deadline(g)
+                if t is None or t > until or t > d:
+                    continue
+                if t < d:
+                    d, due = t, []
+                due.append(g)
+            if not due:
+                return
+            self._now = d
+            for g in due:
+                for a in g.ordered():
+                    self._decide(g, a, d)
+                if g.flush_at is not None and g.flush_at <= d and g.buffer:
+                    g.out.append((d, g.seq, self._flush(g, d)))
+                after = self._deadline(g)
+                if after is not None and after <= d:
+                    # A timer that stays due once decided would never let time move on. It
+                    # cannot happen (each one is decided by the test it is computed from);
+                    # should it, the group waits for the next call rather than hang here.
+                    log.error("alert group %s: timer at %s still due after deciding it",
+                              g.gid, _iso(_dt(d)))
+                    stuck.add(g.gid)
+
+    def _deadline(self, g: _Group) -> float | None:
+        """The earliest time something is due in ``g`` (``None``: nothing will be)."""
+        best = g.flush_at if g.buffer else None
+        for a in g.alerts.values():
+            t = self._alert_deadline(g, a)
+            if t is not None and (best is None or t < best):
+                best = t
+        return best
+
+    def _alert_deadline(self, g: _Group, a: _Alert) -> float | None:
+        # Each mirrors a test of _decide with the same arithmetic: a timer computed as due
+        # at d is decided as due at d, so deciding it always moves it on.
         min_firing, keep, repeat = self.config.timing(a.record.rule)
-        if a.phase == "pending" and c - a.started >= min_firing:
+        if a.phase == "pending":
+            return a.started + min_firing
+        if not a.announced and a.silenced_by is None:
+            return self._clock                 # only from a state of an earlier version
+        if a.phase == "resolving":
+            assert a.cleared_at is not None
+            return a.cleared_at if a.skip_hold else a.cleared_at + keep
+        if a.silenced_by is not None:          # firing, held back: until the silence ends
+            return self._silence_end(a.silenced_by)
+        if a.notified and a.last_notified is not None and not g.buffered(a.episode):
+            return a.last_notified + repeat    # the next reminder
+        return None                            # announced, in the buffer: the flush decides
+
+    def _silence_end(self, sid: int) -> float | None:
+        for s in self._silences:
+            if s.id == sid:
+                return s.ends_at.timestamp()
+        return self._clock                     # no longer passed (expired): decide it now
+
+    def _decide(self, g: _Group, a: _Alert, c: float) -> None:
+        silences, at = self._silences, _dt(c)
+        min_firing, keep, repeat = self.config.timing(a.record.rule)
+        if a.phase == "pending" and c >= a.started + min_firing:
             a.phase = "firing"
             self._changed(g, a)
         # A firing episode nobody was told of is announced as soon as no silence holds it.
-        # A resolving one only if it never met the silences (it fired and cleared between
-        # two advances); one silenced and then cleared stays untold.
+        # A resolving one only if it never met the silences (a state of an earlier version,
+        # which promoted only at an advance); one silenced and then cleared stays untold.
         if not a.announced and (a.phase == "firing" or
                                 (a.phase == "resolving" and a.silenced_by is None)):
             s = silenced_by(silences, a.record.rule, a.record.labels, at)
@@ -423,8 +557,8 @@ class Lifecycle:
                 self._due(g, a.item(), c)
                 self._changed(g, a)
         elif a.phase == "firing" and a.notified:
-            due = (a.last_notified is not None and c - a.last_notified >= repeat
-                   and not any(i.episode == a.episode for i in g.buffer))
+            due = (a.last_notified is not None and c >= a.last_notified + repeat
+                   and not g.buffered(a.episode))
             # silences are looked at when a reminder is due, and while one holds it back
             if due or a.silenced_by is not None:
                 s = silenced_by(silences, a.record.rule, a.record.labels, at)
@@ -438,7 +572,7 @@ class Lifecycle:
                         self._due(g, a.item(repeat=True), c)
         if a.phase == "resolving":
             assert a.cleared_at is not None
-            if a.skip_hold or c - a.cleared_at >= keep:
+            if c >= (a.cleared_at if a.skip_hold else a.cleared_at + keep):
                 self._finish(g, a, c)
 
     def _silence(self, g: _Group, a: _Alert, s: Silence) -> None:
@@ -457,7 +591,7 @@ class Lifecycle:
             # episode still counts as open: the group has news out, so group_interval applies.
             self._due(g, AlertItem(a.resolved, "resolved", a.episode, a.started_at), c)
         elif a.silenced_by is None:
-            self.suppressed["collapsed"] += 1  # fired and cleared between two advances
+            self.suppressed["collapsed"] += 1  # only from a state of an earlier version
         self._remove(g, a)
         self._row(g, a, "resolved")
 
@@ -526,13 +660,14 @@ class Lifecycle:
 
     def _row(self, g: _Group, a: _Alert, state: str) -> None:
         latest = a.resolved if a.resolved is not None else a.record
-        assert self._clock is not None
+        now = self._now if self._now is not None else self._clock
+        assert now is not None
         ended = state in ("resolved", "dropped")
         self._episodes[a.episode] = EpisodeRow(
             episode=a.episode, fingerprint=a.fingerprint, group=dict(g.labels),
             rule=latest.rule, severity=latest.severity, route=latest.labels["route"],
             labels=dict(latest.labels), summary=latest.summary, details=dict(latest.details),
-            state=state, started_at=a.started_at, updated_at=_dt(self._clock),
+            state=state, started_at=a.started_at, updated_at=_dt(now),
             resolved_at=latest.at if ended else None, notified=a.notified,
             silenced_by=a.silenced_by,
         )

@@ -23,11 +23,13 @@ from alerts.metrics import AlertMetrics
 from alerts.sinks import build_sinks
 from monitor.config import Config
 from monitor.deadletter import KafkaDeadLetter
+from monitor.exposition import DetectionCollector, DetectionView, RollupCounters, snapshot_view
 from monitor.detect.engine import Detection
 from monitor.metrics import IngestMetrics
 from monitor.pipeline import Pipeline
 from monitor.sources.kafka import KafkaSource, source_id
 from monitor.sources.topics import ensure_topics
+from monitor.store.checkpoint import Checkpoint
 from monitor.store.store import Store
 
 log = logging.getLogger(__name__)
@@ -83,10 +85,16 @@ class Application:
         self.delivery = DeliveryWorker(
             self.store.alerting, self.sinks, config.alerting, self.alert_metrics, holder=holder
         )
+        # /metrics: pair counters follow committed checkpoints; the segment gauges render the
+        # view the pipeline thread publishes after each checkpoint, never live detectors.
+        self.rollup_counters = RollupCounters(self.registry)
+        self.detection_view: DetectionView | None = None
+        self.registry.register(DetectionCollector(lambda: self.detection_view,
+                                                  config.exposition.max_series))
         self.pipeline = Pipeline(
             self.store, source_id(kafka), config.ingest, self.metrics, dead_letter,
             observer=self.detection, alerting=self.alerting, on_outbox=[self.delivery.wake],
-            holder=holder,
+            on_commit=[self.rollup_counters.observe, self._publish_view], holder=holder,
         )
         self.source = KafkaSource(kafka, self.pipeline)
         self._stop = threading.Event()
@@ -129,6 +137,15 @@ class Application:
             return
         self._last_tick = now
         self.detection.tick(time.time())
+        self._publish_view()  # a tick that commits nothing still retires idle segments
+
+    def _publish_view(self, cp: Checkpoint | None = None) -> None:
+        """Pipeline thread: one assignment, which the scrape thread reads whole."""
+        if self.detection is None or not self.detection.loaded:
+            return
+        firing = self.alerting.lifecycle.firing() if self.alerting is not None else None
+        self.detection_view = snapshot_view(self.detection, firing,
+                                            max_series=self.config.exposition.max_series)
 
     def _maybe_control(self) -> None:
         """Operator actions written by the CLI: silences and accepted baselines."""

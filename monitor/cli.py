@@ -1,5 +1,5 @@
 """The ``specwatch`` command: run, replay, ratios, simulate, db, demo, silence, baseline,
-alerts."""
+alerts, adapt, scrape."""
 
 from __future__ import annotations
 
@@ -248,11 +248,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--refresh", type=parse_duration, default=2.0, help="table refresh interval")
     p.set_defaults(func=cmd_demo)
 
+    from monitor.adapters.cli import register as register_adapt
     from monitor.cli_alerting import register as register_alerting
     from monitor.simulate.cli import register
+    from monitor.sources.scrape_cli import register as register_scrape
 
     register(sub)
     register_alerting(sub, with_config, _config)
+    register_adapt(sub, with_config, _config)
+    register_scrape(sub, with_config, _config)
     return parser
 
 

@@ -39,6 +39,7 @@ from pydantic import (
 
 from monitor.durations import parse_duration
 from monitor.exceptions import ConfigError
+from monitor.sources.scrape_config import ScrapeConfig
 
 __all__ = [
     "AlertingConfig",
@@ -48,6 +49,7 @@ __all__ = [
     "IngestConfig",
     "KafkaConfig",
     "LifecycleConfig",
+    "ScrapeConfig",
     "StoreConfig",
     "load_config",
     "parse_duration",
@@ -280,12 +282,19 @@ class AlertingConfig(_Frozen):
 _ALL = SinkFilter()
 
 
+class ExpositionConfig(_Frozen):
+    # Segments exported at most, the most recently active: a scrape stays bounded.
+    max_series: int = Field(1000, ge=0)
+
+
 class Config(_Frozen):
     kafka: KafkaConfig = KafkaConfig()
     store: StoreConfig = StoreConfig()
     ingest: IngestConfig = IngestConfig()
     detection: DetectionConfig = DetectionConfig()
     alerting: AlertingConfig = AlertingConfig()
+    exposition: ExpositionConfig = ExpositionConfig()
+    scrape: ScrapeConfig = ScrapeConfig()
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @property

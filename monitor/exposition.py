@@ -1,0 +1,460 @@
+"""Prometheus exposition of what specwatch counts and decides (the names: ``docs/metrics.md``).
+
+Two threads meet here. The pipeline thread owns the rollups and the detectors and changes
+them with every event; a scrape runs on the HTTP server's thread. So a scrape never reads a
+live detector:
+
+- :class:`RollupCounters` follows the exact rollups one *committed* checkpoint at a time (the
+  pipeline's ``on_commit`` hook): the pair counters only ever hold what the store holds, and
+  a checkpoint that failed or was fenced adds nothing. prometheus_client's counters are
+  thread-safe; the latency window behind them takes a lock.
+- :func:`snapshot_view` copies, on the pipeline thread after each checkpoint, what the
+  segment gauges show into a frozen :class:`DetectionView`; :class:`DetectionCollector`
+  renders whichever view was published last. Publishing is one attribute assignment, atomic
+  for the scrape thread.
+
+Segments are bounded: only the ``max_series`` most recently active are exported, and one
+idle for ``detection.idle_pair_resolve`` (a pair no longer served, an old revision) has
+retired: its gauges would only repeat the last numbers it had, so it leaves the exposition.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import Counter as Tally
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric, SummaryMetricFamily
+from prometheus_client.registry import Collector
+
+from monitor.aggregate.bucket import BucketStats
+from monitor.aggregate.series import SeriesKey
+from monitor.aggregate.sketch import LogHistogram
+from monitor.detect.acceptance import DROP, RISE, OverdispersedCusum
+from monitor.detect.engine import Detection, Route, Segment
+from monitor.detect.rules import SEVERITY
+from monitor.store.checkpoint import MINUTE, Checkpoint
+
+__all__ = [
+    "DEFAULT_MAX_SERIES",
+    "PAIR_LABELS",
+    "SEGMENT_LABELS",
+    "DetectionCollector",
+    "DetectionView",
+    "LatencyWindow",
+    "RollupCounters",
+    "SegmentRow",
+    "snapshot_view",
+]
+
+DEFAULT_MAX_SERIES = 1000
+PAIR_LABELS = ("route", "target_model", "draft_model")
+SEGMENT_LABELS = ("route", "target_model", "target_revision", "draft_model", "draft_revision",
+                  "num_speculative_tokens", "temperature")
+QUANTILES = (0.5, 0.99)
+WINDOW_MINUTES = 5
+RECOMMENDATIONS = ("on", "off", "insufficient_data")
+# Segment rules decide their severity in the engine, not in rules.SEVERITY.
+_SEVERITY = {**SEVERITY, "acceptance_drop": "warning", "acceptance_rise": "info"}
+
+
+# -- the rollups -------------------------------------------------------------------------------
+
+
+class RollupCounters:
+    """Pair counters and per-route latency summaries, fed by committed checkpoints.
+
+    >>> from monitor.telemetry.event import Event
+    >>> b = BucketStats()
+    >>> b.update(Event("r1", 0.0, "code", "ok", "t", "2026-10", "tok", output_tokens=10,
+    ...          e2e_ms=500.0, ttft_ms=100.0, has_spec=True, num_speculative_tokens=2,
+    ...          drafted_tokens=8, accepted_tokens=6, draft_model="d"))
+    >>> key = SeriesKey("code", "t", "2026-10", "tok", "d", "", "", "", 2)
+    >>> registry = CollectorRegistry()
+    >>> RollupCounters(registry).observe(Checkpoint("replay", rollups={(key, 0): b}))
+    >>> pair = {"route": "code", "target_model": "t", "draft_model": "d"}
+    >>> registry.get_sample_value("specwatch_accepted_tokens_total", pair)
+    6.0
+    >>> registry.get_sample_value("specwatch_requests_total", {**pair, "status": "ok"})
+    1.0
+    >>> registry.get_sample_value("specwatch_ttft_seconds", {"route": "code", "quantile": "0.5"})
+    0.1
+    """
+
+    def __init__(self, registry: CollectorRegistry, window_minutes: int = WINDOW_MINUTES) -> None:
+        self.drafted = Counter(
+            "specwatch_drafted_tokens",
+            "Drafted tokens counted, per model pair (exact: follows committed checkpoints).",
+            PAIR_LABELS, registry=registry,
+        )
+        self.accepted = Counter(
+            "specwatch_accepted_tokens",
+            "Accepted draft tokens counted, per model pair (exact: follows committed "
+            "checkpoints).",
+            PAIR_LABELS, registry=registry,
+        )
+        self.requests = Counter(
+            "specwatch_requests",
+            "Requests counted, per model pair and status (ok, error: any other status).",
+            (*PAIR_LABELS, "status"), registry=registry,
+        )
+        self.latency = LatencyWindow(window_minutes)
+        registry.register(self.latency)
+
+    def observe(self, cp: Checkpoint) -> None:
+        """Add one committed checkpoint's rollup deltas (the pipeline's ``on_commit``)."""
+        # Summed per pair first: one counter update per pair and checkpoint, not per minute.
+        pairs: dict[tuple[str, str, str], list[int]] = {}
+        for (key, _minute), stats in cp.rollups.items():
+            pair = (key.route, key.target_model, key.draft_model)
+            sums = pairs.get(pair)
+            if sums is None:
+                sums = pairs[pair] = [0, 0, 0, 0]
+            sums[0] += stats.drafted_tokens
+            sums[1] += stats.accepted_tokens
+            sums[2] += stats.requests - stats.errors
+            sums[3] += stats.errors
+        for pair, (drafted, accepted, ok, errors) in pairs.items():
+            # inc(0) still creates the series: both statuses exist from a pair's first request
+            self.drafted.labels(*pair).inc(drafted)
+            self.accepted.labels(*pair).inc(accepted)
+            self.requests.labels(*pair, "ok").inc(ok)
+            self.requests.labels(*pair, "error").inc(errors)
+        self.latency.observe(cp.rollups)
+
+
+# (metric name, BucketStats sketch, factor to base units, help)
+_LATENCIES = (
+    ("specwatch_ttft_seconds", "ttft_ms", 1e-3,
+     "Time to first token per route: quantiles over the last {m} minutes of event time, "
+     "count and sum since start."),
+    ("specwatch_e2e_latency_seconds", "e2e_ms", 1e-3,
+     "End-to-end request latency per route: quantiles over the last {m} minutes of event "
+     "time, count and sum since start."),
+    ("specwatch_decode_throughput_tokens_per_second", "decode_tps", 1.0,
+     "Decode throughput (output tokens per second after the first token) per route: "
+     "quantiles over the last {m} minutes of event time, count and sum since start."),
+)
+
+
+class LatencyWindow(Collector):
+    """Per route, the latency sketches of the newest minute buckets, as summaries.
+
+    A summary in the client_golang sense: quantiles over a sliding window (the last
+    ``minutes`` minute buckets of *event* time, the newest one still filling), ``_count`` and
+    ``_sum`` over everything since start. The window ends at the newest minute of any route,
+    so a route silent for longer than the window has no quantiles rather than stale ones.
+    Typed summary, not gauge: ``quantile`` is a label reserved to summaries (promtool).
+    """
+
+    def __init__(self, minutes: int = WINDOW_MINUTES) -> None:
+        if minutes < 1:
+            raise ValueError("minutes must be >= 1")
+        self.minutes = minutes
+        self._lock = threading.Lock()
+        # route -> minute bucket start -> one sketch per _LATENCIES entry
+        self._window: dict[str, dict[int, list[LogHistogram]]] = {}
+        # route -> [count, sum] per _LATENCIES entry, in base units, since start
+        self._totals: dict[str, list[list[float]]] = {}
+        self._newest: int | None = None
+
+    def observe(self, rollups: Mapping[tuple[SeriesKey, int], BucketStats]) -> None:
+        # Reading a sketch folds the bucket's buffered values in: pipeline thread, no lock.
+        deltas = [(key.route, int(minute), [getattr(stats, s) for _, s, _, _ in _LATENCIES])
+                  for (key, minute), stats in rollups.items()]
+        if not deltas:
+            return
+        with self._lock:
+            newest = max(minute for _, minute, _ in deltas)
+            if self._newest is None or newest > self._newest:
+                self._newest = newest
+            oldest = self._newest - (self.minutes - 1) * MINUTE
+            for route, minute, sketches in deltas:
+                totals = self._totals.setdefault(route, [[0, 0.0] for _ in _LATENCIES])
+                for total, sketch, (_, _, factor, _) in zip(
+                    totals, sketches, _LATENCIES, strict=True
+                ):
+                    total[0] += sketch.count
+                    total[1] += sketch.total * factor
+                if minute < oldest:
+                    continue  # a late minute already out of the window
+                slot = self._window.setdefault(route, {}).get(minute)
+                if slot is None:
+                    # own copies: the checkpoint's sketches are not ours to keep or change
+                    slot = self._window[route][minute] = [
+                        LogHistogram(s.relative_accuracy) for s in sketches
+                    ]
+                for mine, theirs in zip(slot, sketches, strict=True):
+                    mine.merge(theirs)
+            for route in list(self._window):
+                minutes = self._window[route]
+                for minute in [m for m in minutes if m < oldest]:
+                    del minutes[minute]
+                if not minutes:
+                    del self._window[route]
+
+    def _families(self) -> list[SummaryMetricFamily]:
+        return [SummaryMetricFamily(name, doc.format(m=self.minutes), labels=["route"])
+                for name, _, _, doc in _LATENCIES]
+
+    def describe(self) -> list[Metric]:
+        return list(self._families())
+
+    def collect(self) -> Iterator[Metric]:
+        families = self._families()
+        with self._lock:
+            for route in sorted(self._totals):
+                minutes = self._window.get(route, {})
+                for i, (family, (name, _, factor, _)) in enumerate(
+                    zip(families, _LATENCIES, strict=True)
+                ):
+                    merged: LogHistogram | None = None
+                    for sketches in minutes.values():
+                        if merged is None:
+                            merged = LogHistogram(sketches[i].relative_accuracy)
+                        merged.merge(sketches[i])
+                    for q in QUANTILES:
+                        value = None if merged is None else merged.quantile(q)
+                        if value is not None:
+                            family.add_sample(name, {"route": route, "quantile": f"{q:g}"},
+                                              value * factor)
+                    count, total = self._totals[route][i]
+                    family.add_metric([route], count, total)
+        yield from families
+
+
+# -- the detectors' view -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentRow:
+    """What one segment's gauges show; ``None`` (or empty) where the detector has no value.
+
+    ``labels`` are the values of :data:`SEGMENT_LABELS`. ``statistic`` holds
+    ``(direction, CUSUM / threshold)`` while the change-point bank watches; it is empty during
+    warm-up (no baseline, no threshold yet), after an alarm (the bank is paused while the
+    recovery test runs: the alert itself is in ``specwatch_alerts_firing``) and for the river
+    detectors, which have no per-direction statistic.
+    """
+
+    labels: tuple[str, ...]
+    last_ts: float
+    acceptance_ratio: float | None
+    mean_accepted_length: float | None
+    position_ratios: tuple[float, ...]
+    baseline: float | None
+    statistic: tuple[tuple[str, float], ...]
+    threshold: float | None
+    cutoff: float
+    recommendation: str
+
+
+@dataclass(frozen=True, slots=True)
+class DetectionView:
+    """A plain-data snapshot of the detectors for one scrape thread to read at any time.
+
+    ``segments`` most recently active first; ``firing`` is ``((rule, route, severity),
+    episodes firing)`` in sorted order.
+    """
+
+    segments: tuple[SegmentRow, ...] = ()
+    firing: tuple[tuple[tuple[str, str, str], int], ...] = ()
+
+
+def snapshot_view(
+    detection: Detection,
+    firing: Iterable[tuple[str, str, str]] | None = None,
+    *,
+    max_series: int = DEFAULT_MAX_SERIES,
+) -> DetectionView:
+    """Copy what the exposition shows out of ``detection``: call it on the pipeline thread.
+
+    ``firing`` lists ``(rule, route, severity)`` once per episode firing now (the alert
+    lifecycle's); ``None`` counts the detectors' own firing conditions instead.
+
+    Exported: segments with speculation on (a segment with ``num_speculative_tokens`` 0 has
+    no acceptance to show) that were active within ``idle_pair_resolve`` of the detection
+    clock, the ``max_series`` most recent of them. Two segments that differ only in what the
+    labels leave out (tokenizer, drafting method) would collide: the most recent one wins.
+    """
+    if max_series < 0:
+        raise ValueError("max_series must be >= 0")
+    now = detection.now
+    idle = detection.config.idle_pair_resolve
+    live = [seg for seg in _segments(detection)
+            if seg.labels["num_speculative_tokens"] != "0" and now - seg.last_ts < idle]
+    live.sort(key=lambda seg: (-seg.last_ts, _label_values(seg)))
+    rows: list[SegmentRow] = []
+    seen: set[tuple[str, ...]] = set()
+    for seg in live:
+        if len(rows) >= max_series:
+            break
+        labels = _label_values(seg)
+        if labels not in seen:
+            seen.add(labels)
+            rows.append(_row(seg, labels))
+    tally = Tally(_conditions(detection) if firing is None else firing)
+    return DetectionView(segments=tuple(rows), firing=tuple(sorted(tally.items())))
+
+
+# Detection has no public accessor for its segments and routes: these two are the only
+# places that reach in, and they run on the pipeline thread, which owns both.
+def _segments(detection: Detection) -> Iterable[Segment]:
+    return detection._segments.values()
+
+
+def _routes(detection: Detection) -> Iterable[Route]:
+    return detection._routes.values()
+
+
+def _label_values(seg: Segment) -> tuple[str, ...]:
+    # absent draft fields and temperature are "" (the engine stores them that way or not at all)
+    return tuple(seg.labels.get(name, "") for name in SEGMENT_LABELS)
+
+
+def _row(seg: Segment, labels: tuple[str, ...]) -> SegmentRow:
+    det = seg.acceptance
+    statistic = _directions(det) if isinstance(det, OverdispersedCusum) else {}
+    return SegmentRow(
+        labels=labels,
+        last_ts=seg.last_ts,
+        acceptance_ratio=seg.breakeven.rate,
+        mean_accepted_length=seg.positions.tau,
+        position_ratios=tuple(seg.positions.survival or ()),
+        baseline=det.baseline,
+        statistic=tuple(sorted(statistic.items())),
+        threshold=det.threshold if statistic else None,
+        cutoff=seg.breakeven.cutoff,
+        recommendation=seg.breakeven.recommendation,
+    )
+
+
+# detector -> (its request count and phase when computed, per-direction statistics). The
+# detector exposes only the largest statistic of its bank; the split per direction comes out
+# of its snapshot, which copies the baseline histogram: worth doing once per change only.
+_DIRECTIONS: weakref.WeakKeyDictionary[OverdispersedCusum, tuple[tuple[Any, ...], dict]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _directions(det: OverdispersedCusum) -> dict[str, float]:
+    """Per direction, the largest CUSUM of the bank over its threshold (alarm at 1)."""
+    if det.phase != "watch":
+        return {}
+    ev = det.evidence()
+    # every change to the bank happens in an update that counts a request, and a reset (which
+    # restarts the count) changes the baseline: together they say whether the cache holds
+    key = (ev["requests"], ev["baseline"], ev["baseline_requests"])
+    cached = _DIRECTIONS.get(det)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    state = det.snapshot()["state"]
+    out: dict[str, float] = {}
+    for side, s, h in zip(state["side"], state["s"], state["h"], strict=True):
+        direction = DROP if side < 0 else RISE
+        out[direction] = max(out.get(direction, 0.0), s / h)
+    _DIRECTIONS[det] = (key, out)
+    return out
+
+
+def _conditions(detection: Detection) -> Iterator[tuple[str, str, str]]:
+    """(rule, route, severity) of every condition the detectors hold as firing."""
+    for route in _routes(detection):
+        for rule in route.firing:
+            yield rule, route.name, _SEVERITY[rule]
+        for cond in route.metadata.conditions:
+            yield cond.rule, route.name, cond.severity
+    for seg in _segments(detection):
+        for rule in seg.firing:
+            yield rule, seg.labels["route"], _SEVERITY[rule]
+
+
+# -- the collector ------------------------------------------------------------------------------
+
+_SEGMENT_GAUGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("specwatch_acceptance_ratio",
+     "Accepted / drafted tokens of the segment over the break-even window (recent).", ()),
+    ("specwatch_mean_accepted_length",
+     "Tokens per verification step, 1 + accepted / verify steps, over the per-position "
+     "window.", ()),
+    ("specwatch_position_acceptance_ratio",
+     "Share of verification steps whose draft survived to this position (1..k), over the "
+     "per-position window.", ("position",)),
+    ("specwatch_acceptance_baseline_ratio",
+     "The acceptance change-point detector's baseline (accepted / drafted).", ()),
+    ("specwatch_acceptance_detector_statistic",
+     "Largest acceptance CUSUM of the direction over its threshold (fires at the threshold); "
+     "absent during warm-up and while a change is firing.", ("direction",)),
+    ("specwatch_acceptance_detector_threshold",
+     "Threshold of specwatch_acceptance_detector_statistic (the statistic is normalised: 1).",
+     ("direction",)),
+    ("specwatch_breakeven_cutoff_ratio",
+     "Acceptance ratio below which speculation costs more than it saves.", ()),
+    ("specwatch_recommendation",
+     "1 for the segment's current recommendation (on, off, insufficient_data), 0 for the "
+     "others.", ("recommendation",)),
+)
+
+
+class DetectionCollector(Collector):
+    """Renders the last published :class:`DetectionView` (``source()``; ``None``: nothing yet).
+
+    A collector, not gauges set from the pipeline: each scrape shows exactly one view, and a
+    segment absent from it (retired, or beyond ``max_series``) is absent from the scrape.
+    """
+
+    def __init__(
+        self, source: Callable[[], DetectionView | None], max_series: int = DEFAULT_MAX_SERIES
+    ) -> None:
+        if max_series < 0:
+            raise ValueError("max_series must be >= 0")
+        self.source = source
+        self.max_series = max_series
+
+    def _families(self) -> dict[str, GaugeMetricFamily]:
+        out = {name: GaugeMetricFamily(name, doc, labels=[*SEGMENT_LABELS, *extra])
+               for name, doc, extra in _SEGMENT_GAUGES}
+        out["specwatch_alerts_firing"] = GaugeMetricFamily(
+            "specwatch_alerts_firing", "Alert episodes firing now.",
+            labels=["rule", "route", "severity"],
+        )
+        return out
+
+    def describe(self) -> list[Metric]:
+        return list(self._families().values())
+
+    def collect(self) -> Iterator[Metric]:
+        f = self._families()
+        view = self.source()
+        if view is not None:
+            # the view is most recently active first: the cap keeps the newest segments
+            for row in view.segments[: self.max_series]:
+                self._add_segment(f, row)
+            for key, episodes in view.firing:
+                f["specwatch_alerts_firing"].add_metric(list(key), episodes)
+        yield from f.values()
+
+    @staticmethod
+    def _add_segment(f: dict[str, GaugeMetricFamily], row: SegmentRow) -> None:
+        labels = list(row.labels)
+        if row.acceptance_ratio is not None:
+            f["specwatch_acceptance_ratio"].add_metric(labels, row.acceptance_ratio)
+        if row.mean_accepted_length is not None:
+            f["specwatch_mean_accepted_length"].add_metric(labels, row.mean_accepted_length)
+        for position, ratio in enumerate(row.position_ratios, start=1):
+            f["specwatch_position_acceptance_ratio"].add_metric([*labels, str(position)], ratio)
+        if row.baseline is not None:
+            f["specwatch_acceptance_baseline_ratio"].add_metric(labels, row.baseline)
+        for direction, value in row.statistic:
+            f["specwatch_acceptance_detector_statistic"].add_metric([*labels, direction], value)
+            if row.threshold is not None:
+                f["specwatch_acceptance_detector_threshold"].add_metric(
+                    [*labels, direction], row.threshold)
+        f["specwatch_breakeven_cutoff_ratio"].add_metric(labels, row.cutoff)
+        for rec in RECOMMENDATIONS:
+            f["specwatch_recommendation"].add_metric([*labels, rec],
+                                                     1.0 if rec == row.recommendation else 0.0)
