@@ -1,5 +1,5 @@
 """The ``specwatch`` command: run, replay, ratios, simulate, db, demo, silence, baseline,
-alerts, adapt, scrape."""
+alerts, adapt, scrape, report."""
 
 from __future__ import annotations
 
@@ -250,6 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from monitor.adapters.cli import register as register_adapt
     from monitor.cli_alerting import register as register_alerting
+    from monitor.report.cli import register as register_report
     from monitor.simulate.cli import register
     from monitor.sources.scrape_cli import register as register_scrape
 
@@ -257,6 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_alerting(sub, with_config, _config)
     register_adapt(sub, with_config, _config)
     register_scrape(sub, with_config, _config)
+    register_report(sub, with_config, _config)
     return parser
 
 

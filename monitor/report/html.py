@@ -1,0 +1,262 @@
+"""One self-contained HTML page per route: inline CSS and SVG, no script, nothing fetched.
+
+Every string that came from telemetry or the store (route, model and revision names, alert
+summaries) goes through :func:`text`: HTML-escaped, control and bidi-override characters
+shown as escapes, and wrapped in ``<bdi>`` so a right-to-left name cannot reorder the words
+around it.
+"""
+
+from __future__ import annotations
+
+import html
+import unicodedata
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from monitor.report.data import EpisodeSpan, PairView, RouteReport, SegmentState, when
+
+__all__ = ["plain", "render_html", "text"]
+
+# Bidi embeddings, overrides and isolates: they would reorder the text that follows them.
+_BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+HEADLINES = {
+    "on": "Keep speculation on",
+    "off": "Turn speculation off",
+    "insufficient_data": "Not enough data to decide",
+}
+BADGES = {"on": "ON", "off": "OFF", "insufficient_data": "?"}
+
+CSS = """
+:root { color-scheme: light; }
+* { box-sizing: border-box; }
+body { margin: 0; font: 14px/1.45 system-ui, -apple-system, "Segoe UI", "DejaVu Sans",
+       sans-serif; color: #1d1d1f; background: #f6f7f9; }
+header { background: #fff; border-bottom: 1px solid #dcdfe4; padding: 20px 28px 12px; }
+main { padding: 8px 28px 28px; }
+h1 { font-size: 22px; margin: 0 0 4px; }
+h2 { font-size: 17px; margin: 22px 0 8px; }
+h3 { font-size: 14px; margin: 0 0 6px; }
+.meta { color: #555; margin: 0 0 12px; }
+.route { font-family: ui-monospace, "DejaVu Sans Mono", monospace; background: #eef1f5;
+         padding: 0 6px; border-radius: 4px; }
+.recs { display: grid; grid-template-columns: repeat(auto-fill, minmax(380px, 1fr));
+        gap: 10px; }
+.rec { background: #fff; border: 1px solid #dcdfe4; border-left: 6px solid #999;
+       border-radius: 6px; padding: 10px 12px; }
+.rec.on { border-left-color: #2ca02c; } .rec.off { border-left-color: #d62728; }
+.rec.idle { opacity: .6; }
+.badge { display: inline-block; min-width: 40px; text-align: center; font-weight: 700;
+         border-radius: 4px; padding: 0 6px; margin-right: 6px; color: #fff; background: #888; }
+.on .badge { background: #2ca02c; } .off .badge { background: #d62728; }
+.rec p { margin: 4px 0; } .ev { color: #333; font-size: 13px; }
+.pair { background: #fff; border: 1px solid #dcdfe4; border-radius: 8px; padding: 4px 16px 12px;
+        margin-top: 16px; }
+.charts { display: grid; grid-template-columns: repeat(2, minmax(0, 1fr)); gap: 12px; }
+figure { margin: 0; } figcaption { font-weight: 600; font-size: 13px; margin: 4px 0; }
+figure svg { width: 100%; height: auto; display: block; }
+table { border-collapse: collapse; width: 100%; font-size: 13px; background: #fff; }
+th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid #e6e8eb;
+         vertical-align: top; }
+th { background: #f0f2f5; font-weight: 600; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.sev-critical, .sev-error { color: #b31b1b; font-weight: 600; }
+.sev-warning { color: #b35900; font-weight: 600; }
+.empty { background: #fff; border: 1px solid #dcdfe4; border-radius: 8px; padding: 24px;
+         font-size: 16px; }
+ul.changes { margin: 4px 0 8px; padding-left: 20px; }
+footer { color: #777; font-size: 12px; padding: 0 28px 24px; }
+pre { white-space: pre-wrap; font-size: 12px; }
+"""
+
+
+def _display(value: Any) -> str:
+    """Control and bidi-override characters as visible escapes; everything else as is."""
+    s = str(value)
+    if s.isprintable() and not _BIDI_CONTROLS.intersection(s):
+        return s
+    return "".join(
+        ch.encode("unicode_escape").decode("ascii")
+        if unicodedata.category(ch) == "Cc" or ch in _BIDI_CONTROLS else ch
+        for ch in s
+    )
+
+
+def text(value: Any) -> str:
+    r"""Any data string, safe as HTML element content.
+
+    >>> text('<b>"chat" & co</b>')
+    '<bdi>&lt;b&gt;&quot;chat&quot; &amp; co&lt;/b&gt;</bdi>'
+    >>> text("evil\u202eexe\x1b[31m")
+    '<bdi>evil\\u202eexe\\x1b[31m</bdi>'
+    """
+    return f"<bdi>{plain(value)}</bdi>"
+
+
+def plain(value: Any) -> str:
+    """A data string for attribute values, ``<title>`` and ``<pre>``: escaped, no markup."""
+    return html.escape(_display(value), quote=True)
+
+
+def _num(value: Any, spec: str = ".3f") -> str:
+    return "n/a" if not isinstance(value, int | float) else format(value, spec)
+
+
+def _short(t: datetime | None) -> str:
+    return "-" if t is None else t.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _segment_name(seg: SegmentState) -> str:
+    lab = seg.labels
+    parts = [
+        f"target rev {text(lab.get('target_revision', ''))}",
+        f"draft rev {text(lab.get('draft_revision') or '-')}",
+        f"k={text(lab.get('num_speculative_tokens', ''))}",
+    ]
+    if lab.get("temperature"):
+        parts.append(f"temperature {text(lab['temperature'])}")
+    return ", ".join(parts)
+
+
+def _recommendation(seg: SegmentState, report: RouteReport) -> str:
+    ev, acc = seg.breakeven, seg.acceptance
+    rec = seg.recommendation
+    classes = "rec " + ("on" if rec == "on" else "off" if rec == "off" else "insufficient")
+    if seg.idle:
+        classes += " idle"
+    lines = [
+        f'<div class="{classes}">',
+        f'<h3><span class="badge">{BADGES.get(rec, "?")}</span>'
+        f"{HEADLINES.get(rec, text(rec))}</h3>",
+        f"<p>{text(seg.pair.label)}: {_segment_name(seg)}</p>",
+    ]
+    if ev.get("rate") is not None:
+        window = (ev.get("window_s") or 0) / 60
+        lines.append(
+            f'<p class="ev">acceptance {_num(ev["rate"])} (95% interval {_num(ev.get("low"))}'
+            f"–{_num(ev.get('high'))}) vs break-even {_num(seg.cutoff, '.2f')} over the last "
+            f"{window:.0f} min: {ev.get('requests', 0):,} requests, "
+            f"{ev.get('drafted_tokens', 0):,} drafted tokens</p>"
+        )
+    else:
+        lines.append('<p class="ev">nothing drafted in the detector window</p>')
+    k = seg.labels.get("num_speculative_tokens")
+    if seg.knee is not None:
+        lines.append(f'<p class="ev">recommended num_speculative_tokens: <b>{seg.knee}</b> '
+                     f"(running {text(k)})</p>")
+    if acc.get("phase") == "changed":
+        lines.append(f'<p class="ev">acceptance {text(acc.get("direction") or "change")} '
+                     f"detected: baseline {_num(acc.get('baseline'))}, since the change "
+                     f"{_num(acc.get('current'))}</p>")
+    elif acc.get("baseline") is not None:
+        lines.append(f'<p class="ev">acceptance baseline {_num(acc["baseline"])}, no change '
+                     "detected</p>")
+    elif acc.get("phase") == "warmup":
+        lines.append('<p class="ev">acceptance baseline still warming up</p>')
+    as_of = f"as of {_short(seg.last_event)} (detector state of {text(seg.source)})"
+    if seg.idle:
+        as_of = f"no traffic since {_short(seg.last_event)}: a series the route has left"
+    elif seg.last_event is not None and seg.last_event > report.until:
+        as_of += ", after the report range"
+    lines.append(f'<p class="ev"><small>{as_of}</small></p></div>')
+    return "\n".join(lines)
+
+
+def _recommendations(report: RouteReport) -> str:
+    if not report.segments:
+        return ('<p class="ev">No detector state for this route: run the daemon or '
+                "<code>specwatch replay</code> with detection on to get recommendations.</p>")
+    cards = "\n".join(_recommendation(s, report) for s in report.segments)
+    lines = "\n".join(plain(s.line) for s in report.segments)
+    return (f'<div class="recs">{cards}</div>\n<details><summary>as text</summary>'
+            f"<pre>{lines}</pre></details>")
+
+
+def _series_table(view: PairView) -> str:
+    rows = []
+    for s in view.series:
+        rows.append(
+            f"<tr><td>{text(s.label)}</td><td>{_short(s.first)}</td><td>{_short(s.last)}</td>"
+            f'<td class="num">{s.total_requests:,}</td><td class="num">{s.drafted_tokens:,}</td>'
+            f'<td class="num">{_num(s.acceptance_rate)}</td></tr>'
+        )
+    return ("<table><tr><th>series</th><th>first bucket</th><th>last bucket</th>"
+            "<th>requests</th><th>drafted tokens</th><th>acceptance</th></tr>"
+            + "".join(rows) + "</table>")
+
+
+def _events(view: PairView) -> str:
+    items = [f"<li>{_short(c.at)}: new series, {text(c.what)}</li>" for c in view.changes]
+    items += [
+        f"<li>{_short(p.at)}: {text(p.rule)} (decided {_short(p.decided_at)}): "
+        f"{text(p.summary)}</li>"
+        for p in view.change_points
+    ]
+    return f'<ul class="changes">{"".join(items)}</ul>' if items else ""
+
+
+def _pair(view: PairView, report: RouteReport, index: int) -> str:
+    from monitor.report.charts import pair_charts  # matplotlib only when there is a chart
+
+    charts = pair_charts(view, report, index)
+    captions = {
+        "acceptance": "Acceptance over time (accepted / drafted per bucket)",
+        "positions": "Acceptance by draft position",
+        "ttft": "Time to first token, p50 and p99",
+        "throughput": "Decode throughput, p50 and p25",
+    }
+    figures = "\n".join(
+        f'<figure class="chart-{name}"><figcaption>{cap}</figcaption>{charts[name]}</figure>'
+        for name, cap in captions.items()
+    )
+    return (
+        f'<section class="pair" id="pair-{index}"><h2>{text(view.pair.label)}</h2>\n'
+        f"{_series_table(view)}\n{_events(view)}\n<div class=\"charts\">{figures}</div>"
+        "</section>"
+    )
+
+
+def _episodes(episodes: Iterable[EpisodeSpan]) -> str:
+    rows = [
+        f'<tr><td>{text(e.rule)}</td><td class="sev-{plain(e.severity)}">{text(e.severity)}'
+        f"</td><td>{text(e.state)}</td><td>{_short(e.start)}</td><td>{_short(e.end)}</td>"
+        f"<td>{'yes' if e.notified else 'no'}</td><td>{text(e.summary)}</td></tr>"
+        for e in episodes
+    ]
+    if not rows:
+        return '<p class="ev">No alert episodes in this range.</p>'
+    return ("<table><tr><th>rule</th><th>severity</th><th>state</th><th>started</th>"
+            "<th>resolved</th><th>notified</th><th>summary</th></tr>" + "".join(rows)
+            + "</table>")
+
+
+def render_html(report: RouteReport) -> str:
+    """The whole page. An empty report is a page that says so."""
+    since = "the beginning" if report.since is None else when(report.since)
+    head = (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>specwatch report: {plain(report.route)}</title><style>{CSS}</style></head>"
+        f'<body><header><h1>specwatch report for route <span class="route">'
+        f"{text(report.route)}</span></h1>"
+    )
+    if report.empty:
+        return (
+            head + f'<p class="meta">{since} → {when(report.until)}</p></header><main>'
+            f'<p class="empty">{text(report.no_data_message())}</p></main></body></html>\n'
+        )
+    meta = (
+        f'<p class="meta">Range {since} → {when(report.until)} · data {_short(report.first)} → '
+        f"{_short(report.last)} · {report.granularity} buckets · {len(report.pairs)} model "
+        f"pair(s) · generated {when(report.generated_at)}</p>"
+    )
+    notes = "".join(f'<p class="ev">{text(n)}</p>' for n in report.notes)
+    pairs = "\n".join(_pair(v, report, i) for i, v in enumerate(report.pairs))
+    return (
+        head + meta + f"<h2>Recommendations</h2>{_recommendations(report)}{notes}</header>"
+        f"<main>{pairs}<h2>Alert episodes</h2>{_episodes(report.episodes)}</main>"
+        "<footer>Generated by specwatch from exact per-route rollups, the alert history and "
+        "the detectors' state. Self-contained: no scripts, nothing loaded from the network."
+        "</footer></body></html>\n"
+    )
