@@ -21,6 +21,9 @@ from alerts.alerting import Alerting
 from alerts.delivery import DeliveryWorker, default_holder
 from alerts.metrics import AlertMetrics
 from alerts.sinks import build_sinks
+from monitor.api.app import create_app
+from monitor.api.auth import token_from_env
+from monitor.api.server import ApiServer, require_token
 from monitor.config import Config
 from monitor.deadletter import KafkaDeadLetter
 from monitor.exposition import DetectionCollector, DetectionView, RollupCounters, snapshot_view
@@ -49,8 +52,16 @@ class Application:
         registry: CollectorRegistry | None = None,
         store: Store | None = None,
         env: dict[str, str] | None = None,
+        http: tuple[str, int] | None = None,
     ) -> None:
         self.config = config
+        env = dict(os.environ if env is None else env)
+        self._http = http
+        self._api_token = token_from_env(env)
+        if http is not None:
+            # Before anything starts: an API on a public address without a token is refused.
+            require_token(http[0], self._api_token)
+        self.api: ApiServer | None = None
         # Refuses an unmigrated database before touching Kafka (NotMigratedError).
         self.store = store or Store(config.store.url)
         self.registry = registry or CollectorRegistry()
@@ -75,7 +86,7 @@ class Application:
             Detection(config.detection, clock="wall") if config.detection.enabled else None
         )
         # Sink URLs and keys only ever come from the environment.
-        self.sinks = build_sinks(config.alerting, os.environ if env is None else env)
+        self.sinks = build_sinks(config.alerting, env)
         self.alert_metrics = AlertMetrics(self.registry, self.sinks)
         holder = default_holder()
         self.alerting = (
@@ -101,6 +112,7 @@ class Application:
         self._last_retention = 0.0
         self._last_tick = time.monotonic()
         self._last_control = float("-inf")
+        self._caught_up = False
 
     def run(self) -> None:
         log.info(
@@ -109,6 +121,14 @@ class Application:
             ", ".join(self.sinks) or "no sink",
         )
         self.delivery.start()
+        if self._http is not None:
+            self.api = ApiServer(
+                create_app(self.store, registry=self.registry, token=self._api_token,
+                           status=self.status),
+                *self._http,
+            )
+            self.api.start()
+            log.info("HTTP API and /metrics on %s", self.api.url)
         try:
             while not self._stop.is_set():
                 self.source.poll_once()
@@ -123,6 +143,8 @@ class Application:
 
     def close(self) -> None:
         try:
+            if self.api is not None:
+                self.api.stop()
             self.source.close()
         finally:
             self.delivery.stop()
@@ -133,11 +155,25 @@ class Application:
         now = time.monotonic()
         if self.detection is None or not self.detection.loaded:
             return
-        if now - self._last_tick < TICK_EVERY_S or not self.source.caught_up():
+        if now - self._last_tick < TICK_EVERY_S:
+            return
+        self._caught_up = self.source.caught_up()
+        if not self._caught_up:
             return
         self._last_tick = now
         self.detection.tick(time.time())
         self._publish_view()  # a tick that commits nothing still retires idle segments
+
+    def status(self) -> dict[str, object]:
+        """For ``/readyz`` (read from the API thread: plain values only)."""
+        partitions = self.pipeline.partitions
+        loaded = self.detection is None or self.detection.loaded
+        return {
+            "ready": bool(partitions) and loaded,
+            "partitions": partitions,
+            "caught_up": self._caught_up,
+            "detection_loaded": loaded,
+        }
 
     def _publish_view(self, cp: Checkpoint | None = None) -> None:
         """Pipeline thread: one assignment, which the scrape thread reads whole."""

@@ -72,7 +72,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     config = _config(args)
     _setup_logging(config.log_level)
-    app = Application(config)
+    app = Application(config, http=args.http)
 
     def _stop(signum: int, frame: Any) -> None:
         log.info("signal %d: stopping after a final checkpoint", signum)
@@ -196,6 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Is speculative decoding still paying for itself, per route?",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    from monitor.api.cli import listen_arg
 
     def with_config(p: argparse.ArgumentParser) -> None:
         p.add_argument("--config", metavar="FILE", help="YAML or TOML configuration file")
@@ -204,6 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="the daemon: consume telemetry from Kafka")
     with_config(p)
     p.add_argument("--bootstrap", metavar="HOST:PORT", help="Kafka bootstrap servers")
+    p.add_argument("--http", type=listen_arg, metavar="HOST:PORT",
+                   help="serve /metrics, the HTTP API (/api/v1, /docs) and /healthz, /readyz "
+                   "here; a non-loopback address needs SPECWATCH_API_TOKEN")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("replay", help="run a telemetry file through the pipeline")

@@ -1,0 +1,87 @@
+"""``specwatch serve --http HOST:PORT``: the HTTP API without the daemon.
+
+For a read replica, or a box that only answers questions: everything comes from the
+database (routes from the detector state the daemons committed). ``/metrics`` shows this
+process's own registry (the API's request metrics), not a daemon's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from monitor.api.exceptions import ApiConfigError
+from monitor.config import Config
+
+log = logging.getLogger("specwatch")
+
+
+def listen_arg(value: str) -> tuple[str, int]:
+    from monitor.api.server import parse_listen
+
+    try:
+        return parse_listen(value)
+    except ApiConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def cmd_serve(args: argparse.Namespace, config: Config, *, stop: threading.Event | None = None,
+              started: Callable[[str], None] | None = None) -> int:
+    """Serve until SIGTERM/SIGINT, or until ``stop`` is set (``started`` gets the URL once
+    listening: both for tests and embedding)."""
+    from prometheus_client import CollectorRegistry
+
+    from monitor.api.app import create_app
+    from monitor.api.auth import token_from_env
+    from monitor.api.routes_health import database_state
+    from monitor.api.server import ApiServer, require_token
+    from monitor.store.store import Store
+
+    host, port = args.http
+    token = token_from_env(os.environ)
+    require_token(host, token)
+    logging.basicConfig(level=getattr(logging, config.log_level),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # /readyz reads the revision
+    # Not refused at start: a replica may be migrated later; /readyz says 503 until then.
+    store = Store(config.store.url, require_migrated=False)
+    state, reason = database_state(store)
+    if state != "ok":
+        log.warning("%s: %s; /readyz answers 503 until it is", store.url, reason)
+    stop = stop or threading.Event()
+    server = ApiServer(create_app(store, registry=CollectorRegistry(), token=token), host, port)
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, lambda signum, frame: stop.set())
+    try:
+        server.start()
+        print(f"specwatch API on {server.url} (docs: {server.url}/docs) reading {store.url}"
+              + ("" if token else "; no token"), file=sys.stderr, flush=True)
+        if started is not None:
+            started(server.url)
+        stop.wait()
+    finally:
+        server.stop()
+        store.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0
+
+
+def register(sub: Any, with_config: Callable[[argparse.ArgumentParser], None],
+             config: Callable[[argparse.Namespace], Config]) -> None:
+    """Add ``serve`` to the ``specwatch`` parser."""
+    p = sub.add_parser("serve", help="the HTTP API alone (no daemon), e.g. on a read replica")
+    p.add_argument("--http", type=listen_arg, required=True, metavar="HOST:PORT",
+                   help="where to listen, e.g. 127.0.0.1:8080 or [::1]:8080; any non-loopback "
+                   "address needs SPECWATCH_API_TOKEN")
+    with_config(p)
+    p.set_defaults(func=lambda args: cmd_serve(args, config(args)))

@@ -1,0 +1,226 @@
+"""Request and response bodies: they are the OpenAPI document's schemas, so every field says
+what it is."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+)
+
+from monitor.config import RULE_NAMES
+from monitor.store.coltypes import escape_nul
+
+# Literal of the rule names, so the schema lists them and a typo is refused by validation.
+RuleName = Literal[RULE_NAMES]  # type: ignore[valid-type]
+Granularity = Literal["minute", "hour", "day"]
+
+
+class ErrorOut(BaseModel):
+    """Every 4xx and 5xx answer."""
+
+    error: str = Field(description="what went wrong, naming the parameter when one is at fault")
+    detail: Any = Field(None, description="machine-readable particulars, e.g. "
+                        "[{in, parameter, message}] for bad parameters")
+
+
+class _Series(BaseModel):
+    route: str
+    target_model: str
+    target_revision: str
+    target_tokenizer: str
+    draft_model: str | None = Field(description="null when speculation was off")
+    draft_revision: str | None
+    draft_tokenizer: str | None
+    method: str | None = Field(description="drafting method; null when speculation was off")
+    num_speculative_tokens: int
+
+
+class RatioOut(_Series):
+    """One series over one bucket: the row of ``specwatch ratios --format json``."""
+
+    bucket_start: datetime
+    granularity: Granularity
+    requests: int
+    errors: int
+    spec_requests: int = Field(description="requests with speculation on")
+    drafting_requests: int = Field(description="requests that drafted anything")
+    drafted_tokens: int
+    accepted_tokens: int
+    verify_steps: int
+    output_tokens: int
+    acceptance_rate: float | None = Field(
+        description="accepted / drafted tokens; null when nothing was drafted (never 0)")
+    mean_accepted_length: float | None = Field(
+        description="1 + accepted / verify_steps; null without verification steps")
+
+
+class QuantilesOut(BaseModel):
+    """Quantiles read from a mergeable log-bucket sketch (1% relative error)."""
+
+    count: int = Field(description="observations in the sketch")
+    p50: float | None = Field(description="null when there is no observation")
+    p99: float | None
+    mean: float | None
+
+
+class LatencyOut(_Series):
+    """Latency and throughput of one series over one bucket (or the whole range)."""
+
+    bucket_start: datetime | None = Field(
+        description="null when per_bucket=false: the row covers the whole range")
+    granularity: Granularity
+    requests: int
+    errors: int
+    ttft_ms: QuantilesOut = Field(description="time to first token, milliseconds")
+    e2e_ms: QuantilesOut = Field(description="end-to-end latency, milliseconds")
+    decode_tps: QuantilesOut = Field(description="decode throughput, output tokens per second "
+                                     "after the first token")
+
+
+class BaselineOut(BaseModel):
+    """What the segment's detectors compare against."""
+
+    detector: str | None = Field(description="acceptance change-point detector (cusum, ...)")
+    phase: str | None = Field(description="warmup, watch or changed")
+    acceptance: float | None = Field(description="baseline acceptance rate; null in warm-up")
+    current: float | None = Field(description="recent acceptance rate")
+    throughput: dict[str, float] | None = Field(
+        description="baseline quantiles of batch-normalised decode throughput, keyed by q")
+
+
+class RecommendationOut(BaseModel):
+    """Whether speculation pays on this segment, with the evidence."""
+
+    recommendation: Literal["on", "off", "insufficient_data"]
+    cutoff: float | None = Field(description="break-even acceptance rate")
+    rate: float | None = Field(description="acceptance rate over the break-even window")
+    low: float | None = Field(description="lower end of its 95% interval")
+    high: float | None = Field(description="upper end of its 95% interval")
+    requests: int | None
+    recommended_num_speculative_tokens: int | None = Field(
+        description="the draft length that maximises predicted speed (0: off); null with too "
+        "little data")
+
+
+class SegmentOut(BaseModel):
+    """A series plus a temperature bucket: the unit within which acceptance is comparable."""
+
+    id: str
+    labels: dict[str, str]
+    last_event_at: datetime | None
+    firing: list[str] = Field(description="rules firing on this segment")
+    baseline: BaselineOut | None
+    recommendation: RecommendationOut | None = Field(
+        description="null when speculation is off on this segment")
+    error: str | None = Field(None, description="set when the stored snapshot was unreadable")
+
+
+class RouteOut(BaseModel):
+    route: str
+    source: str | None = Field(description="the ingest source whose detector state this is")
+    partition: int | None
+    firing: list[str] = Field(description="route-level rules firing")
+    segments: list[SegmentOut]
+
+
+class AlertOut(BaseModel):
+    """One alert state change (alerts v1)."""
+
+    rule: RuleName
+    state: Literal["firing", "resolved"]
+    at: datetime
+    severity: Literal["critical", "error", "warning", "info"]
+    labels: dict[str, str]
+    summary: str
+    details: dict[str, Any]
+    fingerprint: str
+
+
+class EpisodeOut(BaseModel):
+    """One episode of one alert, as the alert lifecycle tracks it."""
+
+    episode: str
+    fingerprint: str
+    rule: str
+    severity: str
+    route: str
+    labels: dict[str, Any]
+    summary: str
+    details: dict[str, Any]
+    state: Literal["pending", "firing", "resolving", "resolved", "dropped"]
+    started_at: datetime
+    updated_at: datetime
+    resolved_at: datetime | None
+    notified: bool
+    silenced_by: int | None
+
+
+class SilenceOut(BaseModel):
+    id: int
+    route: str = Field(description="route name or glob")
+    rule: str | None = Field(description="null: every rule of the route")
+    starts_at: datetime
+    ends_at: datetime
+    reason: str
+    created_by: str
+    state: Literal["active", "future", "ended"]
+
+
+class SilenceIn(BaseModel):
+    """``specwatch silence add``: give ``duration`` or ``ends_at``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    route: str = Field(min_length=1, max_length=4096, description="route name or glob (batch-*)")
+    rule: RuleName | None = Field(None, description="only this rule (default: every rule)")
+    # Any here, read by parse_duration in the endpoint: a union type would report a bad value
+    # once per member ('duration.str', 'duration.int', ...) instead of naming the field.
+    duration: Any = Field(
+        None, description="how long from now (or from starts_at): '2h', '90m', or seconds",
+        examples=["2h"],
+        json_schema_extra={"anyOf": [{"type": "string"}, {"type": "number"}, {"type": "null"}]})
+    ends_at: AwareDatetime | None = Field(None, description="when it ends (RFC 3339)")
+    starts_at: AwareDatetime | None = Field(None, description="when it starts (default: now)")
+    reason: str = Field(min_length=1, max_length=4096)
+    created_by: str | None = Field(None, min_length=1, max_length=255,
+                                   description="who (default: api)")
+
+    @field_validator("route", "reason", "created_by")
+    @classmethod
+    def _encodable(cls, value: str | None) -> str | None:
+        # JSON may carry lone surrogates ("\ud800"); no database driver can store them.
+        if value is not None:
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("must be valid Unicode (no lone surrogates)") from None
+        return value
+
+    @field_validator("created_by")
+    @classmethod
+    def _fits(cls, value: str | None) -> str | None:
+        # The column holds 255 characters as stored: on PostgreSQL NUL takes two.
+        if value is not None and len(escape_nul(value)) > 255:
+            raise ValueError("too long (at most 255 characters)")
+        return value
+
+
+class HealthOut(BaseModel):
+    status: Literal["ok"]
+
+
+class ReadyOut(BaseModel):
+    """Readiness; the daemon adds its own status (partitions, caught_up, ...)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    ready: bool
+    database: str = Field(description="ok, not_migrated or unreachable")
+    reason: str | None = Field(None, description="why not ready")
