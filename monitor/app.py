@@ -13,6 +13,7 @@ import os
 import threading
 import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from kafka import KafkaProducer
 from prometheus_client import CollectorRegistry
@@ -23,11 +24,12 @@ from alerts.metrics import AlertMetrics
 from alerts.sinks import build_sinks
 from monitor.api.app import create_app
 from monitor.api.auth import token_from_env
+from monitor.api.routes_view import routes_from_detection, store_routes_view
 from monitor.api.server import ApiServer, require_token
 from monitor.config import Config
 from monitor.deadletter import KafkaDeadLetter
-from monitor.exposition import DetectionCollector, DetectionView, RollupCounters, snapshot_view
 from monitor.detect.engine import Detection
+from monitor.exposition import DetectionCollector, DetectionView, RollupCounters, snapshot_view
 from monitor.metrics import IngestMetrics
 from monitor.pipeline import Pipeline
 from monitor.sources.kafka import KafkaSource, source_id
@@ -40,6 +42,7 @@ log = logging.getLogger(__name__)
 RETENTION_EVERY_S = 600.0
 TICK_EVERY_S = 15.0
 CONTROL_EVERY_S = 5.0  # how soon a silence or a baseline request takes effect
+ROUTES_EVERY_S = 5.0  # how fresh /api/v1/routes is (it evaluates every segment)
 
 
 class Application:
@@ -57,7 +60,7 @@ class Application:
         self.config = config
         env = dict(os.environ if env is None else env)
         self._http = http
-        self._api_token = token_from_env(env)
+        self._api_token = token_from_env(env) if http is not None else None
         if http is not None:
             # Before anything starts: an API on a public address without a token is refused.
             require_token(http[0], self._api_token)
@@ -113,6 +116,10 @@ class Application:
         self._last_tick = time.monotonic()
         self._last_control = float("-inf")
         self._caught_up = False
+        # Plain values handed to the API's threads by single assignments on this thread.
+        self._partitions: list[int] = []
+        self.routes: list[dict[str, Any]] | None = None  # None: nothing evaluated yet
+        self._last_routes = float("-inf")
 
     def run(self) -> None:
         log.info(
@@ -121,17 +128,22 @@ class Application:
             ", ".join(self.sinks) or "no sink",
         )
         self.delivery.start()
-        if self._http is not None:
-            self.api = ApiServer(
-                create_app(self.store, registry=self.registry, token=self._api_token,
-                           status=self.status),
-                *self._http,
-            )
-            self.api.start()
-            log.info("HTTP API and /metrics on %s", self.api.url)
         try:
+            if self._http is not None:
+                # Live routes once the pipeline published them; the committed ones before.
+                committed = store_routes_view(self.store, [self.pipeline.source])
+                self.api = ApiServer(
+                    create_app(self.store, registry=self.registry, token=self._api_token,
+                               status=self.status,
+                               routes_view=lambda: self.routes if self.routes is not None
+                               else committed()),
+                    *self._http,
+                )
+                self.api.start()  # in the try: a taken port still stops the delivery worker
+                log.info("HTTP API and /metrics on %s", self.api.url)
             while not self._stop.is_set():
                 self.source.poll_once()
+                self._partitions = self.pipeline.partitions  # rebalances happen in poll
                 self._maybe_control()
                 self._maybe_tick()
                 self._maybe_apply_retention()
@@ -166,7 +178,7 @@ class Application:
 
     def status(self) -> dict[str, object]:
         """For ``/readyz`` (read from the API thread: plain values only)."""
-        partitions = self.pipeline.partitions
+        partitions = self._partitions  # not pipeline.partitions: its dict changes on poll
         loaded = self.detection is None or self.detection.loaded
         return {
             "ready": bool(partitions) and loaded,
@@ -182,6 +194,10 @@ class Application:
         firing = self.alerting.lifecycle.firing() if self.alerting is not None else None
         self.detection_view = snapshot_view(self.detection, firing,
                                             max_series=self.config.exposition.max_series)
+        now = time.monotonic()
+        if self._http is not None and now - self._last_routes >= ROUTES_EVERY_S:
+            self._last_routes = now
+            self.routes = routes_from_detection(self.detection, self.pipeline.source)
 
     def _maybe_control(self) -> None:
         """Operator actions written by the CLI: silences and accepted baselines."""

@@ -1,5 +1,5 @@
 """The ``specwatch`` command: run, replay, ratios, simulate, db, demo, silence, baseline,
-alerts, adapt, scrape, report."""
+alerts, adapt, scrape, report, serve."""
 
 from __future__ import annotations
 
@@ -65,6 +65,12 @@ def parse_time(value: str, *, now: datetime | None = None) -> datetime:
 
 
 # -- commands ------------------------------------------------------------------------------
+
+
+def _listen(value: str) -> tuple[str, int]:
+    from monitor.api.cli import listen_arg
+
+    return listen_arg(value)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -196,7 +202,6 @@ def build_parser() -> argparse.ArgumentParser:
         description="Is speculative decoding still paying for itself, per route?",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    from monitor.api.cli import listen_arg
 
     def with_config(p: argparse.ArgumentParser) -> None:
         p.add_argument("--config", metavar="FILE", help="YAML or TOML configuration file")
@@ -205,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="the daemon: consume telemetry from Kafka")
     with_config(p)
     p.add_argument("--bootstrap", metavar="HOST:PORT", help="Kafka bootstrap servers")
-    p.add_argument("--http", type=listen_arg, metavar="HOST:PORT",
+    p.add_argument("--http", type=_listen, metavar="HOST:PORT",
                    help="serve /metrics, the HTTP API (/api/v1, /docs) and /healthz, /readyz "
                    "here; a non-loopback address needs SPECWATCH_API_TOKEN")
     p.set_defaults(func=cmd_run)
@@ -253,6 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_demo)
 
     from monitor.adapters.cli import register as register_adapt
+    from monitor.api.cli import register as register_api
     from monitor.cli_alerting import register as register_alerting
     from monitor.report.cli import register as register_report
     from monitor.simulate.cli import register
@@ -263,6 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_adapt(sub, with_config, _config)
     register_scrape(sub, with_config, _config)
     register_report(sub, with_config, _config)
+    register_api(sub, with_config, _config)
     return parser
 
 

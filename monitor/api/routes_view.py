@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy import select
 
 from monitor.detect.engine import ROUTE_PREFIX, SEGMENT_PREFIX, Detection, Segment
+from monitor.store.db import READ_ONLY
 from monitor.store.store import Store
 from monitor.store.tables import state_table
 
@@ -133,7 +134,8 @@ def state_sources(store: Store) -> list[str]:
     """The sources with stored state (a daemon's consumer group, a replay, ...)."""
     c = state_table.c
     stmt = select(c.source).distinct().where(c.key.startswith(ROUTE_PREFIX, autoescape=True))
-    with store.engine.connect() as conn:
+    # Read-only: on SQLite a plain transaction would take the write lock checkpoints need.
+    with store.engine.execution_options(**{READ_ONLY: True}).connect() as conn:
         return sorted(conn.execute(stmt).scalars())
 
 
