@@ -12,7 +12,7 @@ import logging
 import os
 import threading
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from kafka import KafkaProducer
@@ -30,6 +30,7 @@ from monitor.config import Config
 from monitor.deadletter import KafkaDeadLetter
 from monitor.detect.engine import Detection
 from monitor.exposition import DetectionCollector, DetectionView, RollupCounters, snapshot_view
+from monitor.jobs import Jobs
 from monitor.metrics import IngestMetrics
 from monitor.pipeline import Pipeline
 from monitor.sources.kafka import KafkaSource, source_id
@@ -39,8 +40,6 @@ from monitor.store.store import Store
 
 log = logging.getLogger(__name__)
 
-RETENTION_EVERY_S = 600.0
-TICK_EVERY_S = 15.0
 CONTROL_EVERY_S = 5.0  # how soon a silence or a baseline request takes effect
 ROUTES_EVERY_S = 5.0  # how fresh /api/v1/routes is (it evaluates every segment)
 
@@ -112,8 +111,10 @@ class Application:
         )
         self.source = KafkaSource(kafka, self.pipeline)
         self._stop = threading.Event()
-        self._last_retention = 0.0
-        self._last_tick = time.monotonic()
+        # Set by the scheduler's staleness job; only this thread touches detection.
+        self._tick_due = threading.Event()
+        self.jobs = Jobs(self.store, config.jobs, retention=config.retention,
+                         request_tick=self._tick_due.set, holder=holder)
         self._last_control = float("-inf")
         self._caught_up = False
         # Plain values handed to the API's threads by single assignments on this thread.
@@ -128,6 +129,7 @@ class Application:
             ", ".join(self.sinks) or "no sink",
         )
         self.delivery.start()
+        self.jobs.start()
         try:
             if self._http is not None:
                 # Live routes once the pipeline published them; the committed ones before.
@@ -146,7 +148,6 @@ class Application:
                 self._partitions = self.pipeline.partitions  # rebalances happen in poll
                 self._maybe_control()
                 self._maybe_tick()
-                self._maybe_apply_retention()
         finally:
             self.close()
 
@@ -155,6 +156,7 @@ class Application:
 
     def close(self) -> None:
         try:
+            self.jobs.shutdown(wait=False)
             if self.api is not None:
                 self.api.stop()
             self.source.close()
@@ -164,15 +166,13 @@ class Application:
             self.store.close()
 
     def _maybe_tick(self) -> None:
-        now = time.monotonic()
-        if self.detection is None or not self.detection.loaded:
-            return
-        if now - self._last_tick < TICK_EVERY_S:
+        """The staleness sweep the scheduler asked for, once the backlog is read."""
+        if not self._tick_due.is_set():
             return
         self._caught_up = self.source.caught_up()
-        if not self._caught_up:
-            return
-        self._last_tick = now
+        if self.detection is None or not self.detection.loaded or not self._caught_up:
+            return  # asked again at the next sweep
+        self._tick_due.clear()
         self.detection.tick(time.time())
         self._publish_view()  # a tick that commits nothing still retires idle segments
 
@@ -211,13 +211,3 @@ class Application:
             if self.pipeline.accept_baseline(req.id, req.route):
                 log.info("new baseline accepted for route %s (request %d by %s: %s)",
                          req.route, req.id, req.requested_by, req.reason)
-
-    def _maybe_apply_retention(self) -> None:
-        now = time.monotonic()
-        if now - self._last_retention < RETENTION_EVERY_S:
-            return
-        self._last_retention = now
-        retention = {g: timedelta(seconds=s) for g, s in self.config.retention.items()}
-        deleted = self.store.apply_retention(datetime.now(UTC), retention)
-        if any(deleted.values()):
-            log.info("retention removed %s", deleted)

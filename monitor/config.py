@@ -39,6 +39,7 @@ from pydantic import (
 
 from monitor.durations import parse_duration
 from monitor.exceptions import ConfigError
+from monitor.jobs import JobsConfig
 from monitor.sources.scrape_config import ScrapeConfig
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "CostModelConfig",
     "DetectionConfig",
     "IngestConfig",
+    "JobsConfig",
     "KafkaConfig",
     "LifecycleConfig",
     "ScrapeConfig",
@@ -295,6 +297,7 @@ class Config(_Frozen):
     alerting: AlertingConfig = AlertingConfig()
     exposition: ExpositionConfig = ExpositionConfig()
     scrape: ScrapeConfig = ScrapeConfig()
+    jobs: JobsConfig = JobsConfig()
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @property

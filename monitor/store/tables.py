@@ -277,3 +277,37 @@ outbox_table: Table = OutboxEntry.__table__  # type: ignore[assignment]
 leases_table: Table = Lease.__table__  # type: ignore[assignment]
 silences_table: Table = SilenceEntry.__table__  # type: ignore[assignment]
 baseline_table: Table = BaselineRequest.__table__  # type: ignore[assignment]
+
+
+class FlagOffReport(Base):
+    """One flag-off comparison of one route (``monitor/flagoff.py``): its verdict, summary
+    line and the full report as JSON.
+
+    Unique per (route, window): a rerun of the same week, or a second daemon running the
+    job, updates the row instead of adding one. ``route_hash`` (sha256 of the route) carries
+    that uniqueness for the reason ``series.key_hash`` does: routes are unbounded Unicode.
+    """
+
+    __tablename__ = "flag_off_reports"
+
+    id: Mapped[int] = mapped_column(_BigId, primary_key=True, autoincrement=True)
+    route: Mapped[str] = mapped_column(SafeText())
+    route_hash: Mapped[str] = mapped_column(String(64))
+    window_start: Mapped[datetime] = mapped_column(UTCDateTime())
+    window_end: Mapped[datetime] = mapped_column(UTCDateTime())
+    switched_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    verdict: Mapped[str] = mapped_column(SafeString(32))
+    summary: Mapped[str] = mapped_column(SafeText())
+    on_requests: Mapped[int] = mapped_column(BigInteger)
+    off_requests: Mapped[int] = mapped_column(BigInteger)
+    report: Mapped[Any] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        UniqueConstraint("route_hash", "window_start", "window_end"),
+        Index(None, "window_end"),
+    )
+
+
+flag_off_table: Table = FlagOffReport.__table__  # type: ignore[assignment]
