@@ -43,7 +43,14 @@ def test_demo_shows_live_per_route_acceptance_within_60s(tmp_path: Path) -> None
         elapsed = time.monotonic() - started
     finally:
         proc.send_signal(signal.SIGINT)
-        rc = proc.wait(timeout=60)
+        # The 60 s promise is about the table; a clean stop on a loaded two-core box (final
+        # checkpoint, leaving the group, stopping the broker) gets its own, looser bound.
+        try:
+            rc = proc.wait(timeout=180)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise AssertionError("demo did not stop within 180 s of SIGINT: "
+                                 + proc.communicate()[1][-3000:]) from None
     assert elapsed < 60
     assert rc == 0, proc.stderr.read()[-3000:]
     # Routes keep their different acceptance levels: a fleet average would hide this.
