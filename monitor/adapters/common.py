@@ -14,7 +14,7 @@ from typing import Any
 
 from monitor.adapters.defaults import Defaults
 from monitor.exceptions import SpecwatchError
-from monitor.telemetry.serialize import format_ts
+from monitor.telemetry.serialize import format_ts, spec_block
 
 __all__ = [
     "NOTE_KEY",
@@ -339,18 +339,8 @@ def build_event(
         event["draft"] = draft
     if spec is not None:
         check_counts(spec.drafted, spec.accepted, "speculative stats")
-        block: dict[str, Any] = {
-            "num_speculative_tokens": spec.num_speculative_tokens,
-            "drafted_tokens": spec.drafted,
-            "accepted_tokens": spec.accepted,
-        }
-        if spec.verify_steps is not None:
-            block["verify_steps"] = spec.verify_steps
-        if spec.per_position is not None:
-            block["accepted_per_position"] = list(spec.per_position)
-        if defaults.method is not None:
-            block["method"] = defaults.method
-        event["spec"] = block
+        event["spec"] = spec_block(spec.num_speculative_tokens, spec.drafted, spec.accepted,
+                                   spec.verify_steps, spec.per_position, defaults.method)
     if prompt_tokens is not None:
         event["prompt_tokens"] = prompt_tokens
     event["output_tokens"] = output_tokens

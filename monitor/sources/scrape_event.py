@@ -55,7 +55,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from monitor.sources.scrape_config import ScrapeTarget
-from monitor.telemetry.serialize import format_ts
+from monitor.telemetry.serialize import format_ts, spec_block
 
 __all__ = ["Interval", "SpecCounts", "build_event", "request_id", "spec_counts"]
 
@@ -207,17 +207,8 @@ def build_event(
             draft["pinned_target_revision"] = target.pinned_target_revision
         event["draft"] = draft
     if counts is not None:
-        spec: dict[str, Any] = {
-            "num_speculative_tokens": target.num_speculative_tokens,
-            "drafted_tokens": counts.drafted,
-            "accepted_tokens": counts.accepted,
-        }
-        if counts.verify_steps is not None:
-            spec["verify_steps"] = counts.verify_steps
-        if counts.per_position is not None:
-            spec["accepted_per_position"] = counts.per_position
-        if target.method is not None:
-            spec["method"] = target.method
+        spec = spec_block(target.num_speculative_tokens, counts.drafted, counts.accepted,
+                          counts.verify_steps, counts.per_position, target.method)
         event["spec"] = spec
     event["output_tokens"] = _n(t.get("generation_tokens", 0.0))
     if "prompt_tokens" in t:

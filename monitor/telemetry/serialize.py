@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,6 +18,35 @@ def format_ts(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace(
         "+00:00", "Z"
     )
+
+
+def spec_block(
+    num_speculative_tokens: int,
+    drafted: int,
+    accepted: int,
+    verify_steps: int | None = None,
+    per_position: Sequence[int] | None = None,
+    method: str | None = None,
+) -> dict[str, Any]:
+    """The ``spec`` object of a telemetry v1 event (optional fields only when known); every
+    producer of events (serializer, adapters, scraper) builds it here.
+
+    >>> spec_block(4, 40, 30, verify_steps=10, method="eagle")
+    {'num_speculative_tokens': 4, 'drafted_tokens': 40, 'accepted_tokens': 30, \
+'verify_steps': 10, 'method': 'eagle'}
+    """
+    spec: dict[str, Any] = {
+        "num_speculative_tokens": num_speculative_tokens,
+        "drafted_tokens": drafted,
+        "accepted_tokens": accepted,
+    }
+    if verify_steps is not None:
+        spec["verify_steps"] = verify_steps
+    if per_position is not None:
+        spec["accepted_per_position"] = list(per_position)
+    if method is not None:
+        spec["method"] = method
+    return spec
 
 
 def event_to_dict(e: Event) -> dict[str, Any]:
@@ -36,18 +66,8 @@ def event_to_dict(e: Event) -> dict[str, Any]:
             draft["pinned_target_revision"] = e.pinned_target_revision
         d["draft"] = draft
     if e.has_spec:
-        spec: dict[str, Any] = {
-            "num_speculative_tokens": e.num_speculative_tokens,
-            "drafted_tokens": e.drafted_tokens,
-            "accepted_tokens": e.accepted_tokens,
-        }
-        if e.verify_steps is not None:
-            spec["verify_steps"] = e.verify_steps
-        if e.accepted_per_position is not None:
-            spec["accepted_per_position"] = list(e.accepted_per_position)
-        if e.method is not None:
-            spec["method"] = e.method
-        d["spec"] = spec
+        d["spec"] = spec_block(e.num_speculative_tokens, e.drafted_tokens, e.accepted_tokens,
+                               e.verify_steps, e.accepted_per_position, e.method)
     d["output_tokens"] = e.output_tokens
     d["e2e_ms"] = e.e2e_ms
     for name in ("prompt_tokens", "ttft_ms", "batch_size", "instance", "engine", "temperature"):
