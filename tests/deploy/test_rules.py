@@ -26,7 +26,7 @@ from tests.deploy import (
     recording_rules,
     selectors,
 )
-from tests.fixtures.alertmanager import free_port
+from tests.fixtures.process import free_port, serving
 from tests.helpers import wait_for
 
 PROM = DEPLOY / "prometheus"
@@ -158,20 +158,9 @@ def test_alertmanager_inhibits_the_reminder_while_specwatch_alert_is_there(
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = tmp_path / "am.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [binary, f"--config.file={ALERTMANAGER_YML}", f"--storage.path={tmp_path / 'data'}",
-             f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=",
-             f"--web.external-url={url}"], stdout=out, stderr=subprocess.STDOUT)
-    try:
-        def ready() -> bool:
-            assert proc.poll() is None, log.read_text()
-            try:
-                return httpx.get(f"{url}/-/ready", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_for(ready, timeout=30, what="alertmanager /-/ready")
+    with serving([binary, f"--config.file={ALERTMANAGER_YML}",
+                  f"--storage.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
+                  "--cluster.listen-address=", f"--web.external-url={url}"], url, log):
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         pair = {"target_model": "llama-70b", "draft_model": "llama-1b", "severity": "warning"}
         alerts = [
@@ -199,13 +188,6 @@ def test_alertmanager_inhibits_the_reminder_while_specwatch_alert_is_there(
                 ("SpecwatchBelowBreakeven", "writing"): "suppressed",
                 ("SpecwatchBelowBreakeven", "chat"): "active"}
         wait_for(lambda: states() == want, timeout=20, what=f"inhibition states {want}")
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 # --- what the rules say ------------------------------------------------------------------
