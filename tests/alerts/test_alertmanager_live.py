@@ -83,8 +83,9 @@ def test_every_configured_alertmanager_gets_the_alert(store: Store, tmp_path: Pa
         w = _worker(store, [a.url, b.url + "/"])
         _deliver(store, w, "g-1", _items("firing", now, now))
         for am in (a, b):
-            wait_for(lambda am=am: _sent(am, "firing"), timeout=30,
-                     what=f"the firing webhook from {am.url}")
+            (sent,) = wait_for(lambda am=am: _sent(am, "firing"), timeout=30,
+                               what=f"the firing webhook from {am.url}")
+            assert sent["labels"]["route"] == ROUTE
 
 
 def test_repost_keeps_a_firing_alert_alive_and_reposts_the_resolve(
