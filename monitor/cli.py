@@ -188,9 +188,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from monitor.demo import run_demo
 
     _setup_logging("WARNING")
-    return run_demo(
+    # A shell that starts us in the background hands SIGINT down ignored, and Python keeps it
+    # ignored: Ctrl+C (or a supervisor's SIGINT) must always stop the demo.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    rc = run_demo(
         data_dir=Path(args.dir), duration=args.duration, rate=args.rate, refresh=args.refresh
     )
+    # The demo's embedded daemon, broker and simulator were stopped with bounded waits; a
+    # worker thread of theirs still winding down (a Kafka close, a scheduler pool) must not
+    # hold the terminal after "stopped" was printed, so the process ends here.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(rc)
 
 
 # -- parser ----------------------------------------------------------------------------------
