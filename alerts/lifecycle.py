@@ -63,7 +63,7 @@ from typing import Any
 import orjson
 
 from alerts.notification import AlertItem, Notification, episode_id, record_from_json
-from alerts.record import AlertRecord
+from alerts.record import AlertRecord, iso_utc, parse_iso
 from alerts.silences import Silence, silenced_by
 from monitor.config import LifecycleConfig
 from monitor.detect.state import require_version
@@ -94,14 +94,6 @@ def group_id(group: dict[str, str]) -> str:
 
 def _dt(t: float) -> datetime:
     return datetime.fromtimestamp(t, UTC)
-
-
-def _iso(t: datetime) -> str:
-    return t.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def _parse_iso(s: str) -> datetime:
-    return datetime.fromisoformat(s.replace("Z", "+00:00"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +156,7 @@ class _Alert:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "record": self.record.to_json(), "started_at": _iso(self.started_at),
+            "record": self.record.to_json(), "started_at": iso_utc(self.started_at),
             "phase": self.phase,
             "resolved": None if self.resolved is None else self.resolved.to_json(),
             "cleared_at": self.cleared_at, "skip_hold": self.skip_hold,
@@ -177,7 +169,7 @@ class _Alert:
     def from_json(cls, data: dict[str, Any]) -> _Alert:
         a = cls(record_from_json(data["record"]))
         # the episode is named after its first firing record, not the latest one
-        a.started_at = _parse_iso(data["started_at"])
+        a.started_at = parse_iso(data["started_at"])
         a.started = a.started_at.timestamp()
         a.episode = episode_id(a.fingerprint, a.started_at)
         a.phase = data["phase"]
@@ -250,8 +242,8 @@ class _Group:
 
 
 def _silence_from_json(data: dict[str, Any]) -> Silence:
-    return Silence(int(data["id"]), data["route"], data["rule"], _parse_iso(data["starts_at"]),
-                   _parse_iso(data["ends_at"]), data["reason"], data.get("created_by", ""))
+    return Silence(int(data["id"]), data["route"], data["rule"], parse_iso(data["starts_at"]),
+                   parse_iso(data["ends_at"]), data["reason"], data.get("created_by", ""))
 
 
 class Lifecycle:
@@ -503,7 +495,7 @@ class Lifecycle:
                     # cannot happen (each one is decided by the test it is computed from);
                     # should it, the group waits for the next call rather than hang here.
                     log.error("alert group %s: timer at %s still due after deciding it",
-                              g.gid, _iso(_dt(d)))
+                              g.gid, iso_utc(_dt(d)))
                     stuck.add(g.gid)
 
     def _deadline(self, g: _Group) -> float | None:

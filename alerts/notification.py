@@ -19,10 +19,10 @@ True
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal
 
-from alerts.record import AlertRecord
+from alerts.record import AlertRecord, iso_utc, parse_iso
 
 __all__ = ["AlertItem", "Notification", "episode_id", "record_from_json"]
 
@@ -32,24 +32,17 @@ Status = Literal["firing", "resolved"]
 def episode_id(fingerprint: str, started_at: datetime) -> str:
     """One episode of one alert: its fingerprint and the second it started firing.
 
+    >>> from datetime import UTC
     >>> episode_id("9c1e0f2a3b4c5d6e", datetime(2026, 11, 2, 14, 20, tzinfo=UTC))
     '9c1e0f2a3b4c5d6e-1793629200'
     """
     return f"{fingerprint}-{int(started_at.timestamp())}"
 
 
-def _iso(t: datetime) -> str:
-    return t.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def _parse_iso(s: str) -> datetime:
-    return datetime.fromisoformat(s.replace("Z", "+00:00"))
-
-
 def record_from_json(data: dict[str, Any]) -> AlertRecord:
     """The inverse of :meth:`AlertRecord.to_json` (``fingerprint`` is recomputed)."""
     return AlertRecord(
-        data["rule"], data["state"], _parse_iso(data["at"]), data["severity"],
+        data["rule"], data["state"], parse_iso(data["at"]), data["severity"],
         dict(data["labels"]), data["summary"], dict(data.get("details") or {}),
     )
 
@@ -88,13 +81,13 @@ class AlertItem:
     def to_json(self) -> dict[str, Any]:
         return {
             "record": self.record.to_json(), "status": self.status, "episode": self.episode,
-            "started_at": _iso(self.started_at), "repeat": self.repeat,
+            "started_at": iso_utc(self.started_at), "repeat": self.repeat,
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> AlertItem:
         return cls(record_from_json(data["record"]), data["status"], data["episode"],
-                   _parse_iso(data["started_at"]), bool(data.get("repeat", False)))
+                   parse_iso(data["started_at"]), bool(data.get("repeat", False)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +116,7 @@ class Notification:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "key": self.key, "group": dict(self.group), "at": _iso(self.at),
+            "key": self.key, "group": dict(self.group), "at": iso_utc(self.at),
             "items": [i.to_json() for i in self.items],
             "active": [i.to_json() for i in self.active],
         }
@@ -131,7 +124,7 @@ class Notification:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Notification:
         return cls(
-            data["key"], dict(data["group"]), _parse_iso(data["at"]),
+            data["key"], dict(data["group"]), parse_iso(data["at"]),
             tuple(AlertItem.from_json(i) for i in data["items"]),
             tuple(AlertItem.from_json(i) for i in data.get("active", ())),
         )

@@ -20,6 +20,20 @@ STATES = frozenset({"firing", "resolved"})
 SEVERITIES = frozenset({"critical", "error", "warning", "info"})
 
 
+def iso_utc(t: datetime) -> str:
+    """RFC 3339 in UTC with ``Z``, as every alert document writes times.
+
+    >>> iso_utc(datetime(2026, 11, 2, 14, 20, tzinfo=UTC))
+    '2026-11-02T14:20:00Z'
+    """
+    return t.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def parse_iso(s: str) -> datetime:
+    """The inverse of :func:`iso_utc` (any RFC 3339 offset is accepted)."""
+    return datetime.fromisoformat(s.replace("Z", "+00:00"))
+
+
 def fingerprint(rule: str, labels: dict[str, str]) -> str:
     """Stable for the same rule and labels, whatever their order.
 
@@ -71,7 +85,7 @@ class AlertRecord:
         return {
             "rule": self.rule,
             "state": self.state,
-            "at": self.at.astimezone(UTC).isoformat().replace("+00:00", "Z"),
+            "at": iso_utc(self.at),
             "severity": self.severity,
             "labels": dict(self.labels),
             "summary": self.summary,

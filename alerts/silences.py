@@ -21,8 +21,10 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
+
+from alerts.record import iso_utc
 
 __all__ = ["Silence", "silenced_by"]
 
@@ -53,7 +55,7 @@ class Silence:
     def to_json(self) -> dict[str, Any]:
         return {
             "id": self.id, "route": self.route, "rule": self.rule,
-            "starts_at": _iso(self.starts_at), "ends_at": _iso(self.ends_at),
+            "starts_at": iso_utc(self.starts_at), "ends_at": iso_utc(self.ends_at),
             "reason": self.reason, "created_by": self.created_by,
         }
 
@@ -66,7 +68,3 @@ def silenced_by(
         if s.matches(rule, labels, now):
             return s
     return None
-
-
-def _iso(t: datetime) -> str:
-    return t.astimezone(UTC).isoformat().replace("+00:00", "Z")
