@@ -9,7 +9,7 @@ loses or doubles no notification: the restart re-decides the same ones under the
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -64,8 +64,10 @@ class Alerting:
     def loaded(self) -> bool:
         return self.lifecycle.loaded
 
-    def load(self, states: dict[str, Any]) -> None:
-        self.lifecycle.load(states)
+    def load(
+        self, states: dict[str, Any], owns: Callable[[str], bool] | None = None
+    ) -> None:
+        self.lifecycle.load(states, owns)
         self._counted = Counter(self.lifecycle.suppressed)
 
     def drop_all(self) -> None:

@@ -55,7 +55,7 @@ import hashlib
 import logging
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -209,6 +209,12 @@ class _Group:
         # same order as the one that never stopped.
         return sorted(self.alerts.values(), key=lambda a: (a.started, a.fingerprint))
 
+    def routes(self) -> set[str]:
+        """The routes this group's alerts are about."""
+        if "route" in self.labels:
+            return {self.labels["route"]}
+        return {a.record.labels.get("route", "") for a in self.alerts.values()}
+
     def has_open_notified(self) -> bool:
         return any(a.notified for a in self.alerts.values())
 
@@ -294,9 +300,12 @@ class Lifecycle:
 
     # -- state ---------------------------------------------------------------------------------
 
-    def load(self, states: dict[str, Any]) -> None:
+    def load(
+        self, states: dict[str, Any], owns: Callable[[str], bool] | None = None
+    ) -> None:
         """Restore every group stored under ``STATE_PREFIX`` and the silences (other keys are
-        not ours)."""
+        not ours). With ``owns``, only the groups whose routes it owns: in a consumer group,
+        each route's timers run in the one process that reads the route."""
         self._reset()
         for key, data in states.items():
             if key == _META_KEY:
@@ -306,6 +315,8 @@ class Lifecycle:
             if not key.startswith(self.STATE_PREFIX):
                 continue
             g = _Group.from_json(data)
+            if owns is not None and not all(owns(r) for r in g.routes()):
+                continue
             self._groups[g.gid] = g
             for fp in g.alerts:
                 self._where[fp] = g.gid

@@ -98,6 +98,10 @@ class IngestConfig(_Frozen):
     dedup_horizon: Duration = 600.0
     checkpoint_interval: Duration = 2.0
     checkpoint_max_events: int = Field(50000, ge=1)
+    # Cardinality guard (monitor/aggregate/guard.py): series beyond these caps are counted in
+    # an overflow series of their route (or an overflow route), so memory stays bounded.
+    max_series_per_route: int = Field(256, ge=1)
+    max_series: int = Field(20000, ge=1)
 
     @model_validator(mode="after")
     def _horizon_covers_lateness(self) -> IngestConfig:

@@ -62,6 +62,20 @@ class EventObserver(Protocol):
     def drain(self) -> list[AlertRecord]: ...
     def drop_all(self) -> None: ...
     def accept_baseline(self, route: str, now: float) -> bool: ...
+    def owns_route(self, route: str) -> bool: ...
+
+
+class EventGuard(Protocol):
+    """Bounds what the pipeline keeps per series (``monitor.aggregate.guard``): events of
+    series over the caps come back rewritten into an overflow series, counted and reported.
+
+    Admission must give the same answer when the uncommitted stretch is read again after a
+    crash, so it may only depend on what is committed plus what it admitted since.
+    """
+
+    def admit(self, events: list[Event]) -> list[Event]: ...
+    def committed(self) -> None: ...  # what was admitted since the last call is now stored
+    def drop_all(self) -> None: ...  # forget what was admitted since the last commit
 
 
 class AlertDecider(Protocol):
@@ -70,7 +84,9 @@ class AlertDecider(Protocol):
 
     loaded: bool
 
-    def load(self, states: dict[str, Any]) -> None: ...
+    def load(
+        self, states: dict[str, Any], owns: Callable[[str], bool] | None = None
+    ) -> None: ...
     def drop_all(self) -> None: ...
     def decide(self, records: list[AlertRecord], now: float) -> Any: ...
 
@@ -143,6 +159,7 @@ class Pipeline:
         on_commit: list[Callable[[Checkpoint], None]] | None = None,
         holder: str = "",
         clock: Any = time.monotonic,
+        guard: EventGuard | None = None,
     ) -> None:
         self.store = store
         self.source = source
@@ -158,6 +175,7 @@ class Pipeline:
         # Called with every committed checkpoint (metrics that follow the exact rollups).
         self.on_commit = list(on_commit or [])
         self.holder = holder
+        self.guard = guard
         self._applied_baselines: list[tuple[int, str]] = []
         self.parser = Parser(max_message_bytes=config.max_message_bytes)
         self.summary = IngestSummary()
@@ -175,13 +193,16 @@ class Pipeline:
     def assign(self, partitions: Iterable[int]) -> dict[int, int | None]:
         """Load the stored state of newly owned partitions; returns where to resume each."""
         new = [p for p in partitions if p not in self._partitions]
-        if self.observer is not None and not self.observer.loaded:
-            states = self.store.load_state(self.source)
-            self.observer.load(states)
-            if self.alerting is not None:
-                self.alerting.load(states)
-        if self.observer is not None:
-            self.observer.owned = {*self._partitions, *new}
+        observer = self.observer
+        if observer is not None:
+            observer.owned = {*self._partitions, *new}
+            if not observer.loaded:
+                states = self.store.load_state(self.source)
+                observer.load(states)
+                if self.alerting is not None:
+                    # Only the alert groups of routes read here: a peer in the consumer
+                    # group times (and notifies) the others.
+                    self.alerting.load(states, owns=observer.owns_route)
         if new:
             states = self.store.load_partitions(self.source, new)
             for p in new:
@@ -212,6 +233,8 @@ class Pipeline:
         self._pending.clear()
         self._pending_events = 0
         self._applied_baselines.clear()
+        if self.guard is not None:
+            self.guard.drop_all()
         if self.observer is not None:
             self.observer.drop_all()
         if self.alerting is not None:
@@ -248,6 +271,8 @@ class Pipeline:
         metrics.messages.inc()
         if rejections:
             self._reject(rejections, self._origin(partition, offset, key), invalid=True)
+        if events and self.guard is not None:
+            events = self.guard.admit(events)
         if events:
             counted = self._count(tracker, partition, offset, key, events)
             summary.events += counted
@@ -405,6 +430,8 @@ class Pipeline:
         self._pending = {}
         self._pending_events = 0
         self._applied_baselines.clear()
+        if self.guard is not None:
+            self.guard.committed()
         if alerts:
             for callback in self.on_alerts:
                 callback(alerts)

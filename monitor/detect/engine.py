@@ -303,6 +303,13 @@ class Detection:
                                       {"reason_resolved": "pair idle", "idle_s": now - seg.last_ts})
                     self._dirty.add("segment:" + seg_id)
 
+    def owns_route(self, route_name: str) -> bool:
+        """Whether this process judges ``route_name``: its events arrive on a partition it
+        owns (a route it has never seen is its own until a peer's state says otherwise)."""
+        route = self._routes.get(route_name)
+        return (route is None or self.owned is None or route.partition is None
+                or route.partition in self.owned)
+
     def accept_baseline(self, route_name: str, now: float) -> bool:
         """An operator acknowledged a change on ``route_name``: every segment of the route
         starts a fresh acceptance and throughput baseline, and the alerts that compared
