@@ -12,10 +12,25 @@ from alerts.sinks.base import HttpRequest
 
 __all__ = ["HttpAnswer", "HttpClient"]
 
-# httpx logs every request URL at INFO and httpcore traces at DEBUG; a Slack webhook URL is
-# a secret, so neither may ever log below WARNING, whatever the root level is.
-for _name in ("httpx", "httpcore"):
-    logging.getLogger(_name).setLevel(logging.WARNING)
+# httpx logs every request URL at INFO, and httpcore traces requests and response headers
+# at DEBUG; a Slack webhook URL (or a webhook's ?token=) is the credential itself. Neither
+# may log below WARNING whatever the root level is: the level pin covers a root at DEBUG, and
+# the filter covers a logger turned up by name afterwards (setLevel, dictConfig, a test's
+# caplog). A logger's filters see only the records logged on it, so each logger that httpx
+# and httpcore log on gets its own. The delivery worker's own lines say what was sent.
+QUIET_LOGGERS = ("httpx", "httpcore", "httpcore.connection", "httpcore.http11",
+                 "httpcore.http2", "httpcore.proxy", "httpcore.socks")
+
+
+def _warnings_only(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.WARNING
+
+
+for _name in QUIET_LOGGERS:
+    _logger = logging.getLogger(_name)
+    _logger.setLevel(logging.WARNING)
+    if _warnings_only not in _logger.filters:
+        _logger.addFilter(_warnings_only)
 
 
 @dataclass(frozen=True, slots=True)

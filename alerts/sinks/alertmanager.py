@@ -37,7 +37,14 @@ import orjson
 
 from alerts.notification import Notification
 from alerts.sinks.base import Episode, HttpRequest, Outcome
-from alerts.sinks.text import compact_json, reason, retry_after, rfc3339, truncate
+from alerts.sinks.text import (
+    compact_json,
+    reason,
+    retry_after,
+    rfc3339,
+    truncate,
+    url_secrets,
+)
 from monitor.config import AlertmanagerConfig
 
 __all__ = ["PAIR_LABELS", "AlertmanagerSink"]
@@ -94,6 +101,9 @@ class AlertmanagerSink:
     def __init__(self, urls: list[str], config: AlertmanagerConfig,
                  clock: Callable[[], float] = time.time) -> None:
         self._urls = [u.rstrip("/") for u in urls]
+        # Basic auth in a URL (http://user:pass@am:9093) may come back quoted in an error.
+        self._secrets = sorted({s for u in urls for s in url_secrets(u)},
+                               key=lambda s: (-len(s), s))
         self._config = config
         self._clock = clock
         self._ttl = timedelta(seconds=config.firing_ttl)
@@ -140,7 +150,7 @@ class AlertmanagerSink:
         return self._posts(alerts, "resync") if alerts else []
 
     def classify(self, status: int, headers: Mapping[str, str], body: bytes) -> Outcome:
-        why = reason(status, body)
+        why = reason(status, body, self._secrets)
         if 200 <= status < 300:
             return Outcome("ok", why)
         if status == 429 or status == 0 or status >= 500:

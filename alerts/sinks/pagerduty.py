@@ -29,12 +29,21 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 
 from alerts.notification import AlertItem, Notification
 from alerts.sinks.base import HttpRequest, Outcome
-from alerts.sinks.text import one_line, reason, retry_after, rfc3339, scrub, truncate
+from alerts.sinks.text import (
+    one_line,
+    reason,
+    retry_after,
+    rfc3339,
+    scrub,
+    truncate,
+    url_secrets,
+)
 from monitor.config import PagerDutyConfig
 
 __all__ = ["PagerDutySink", "dedup_key"]
@@ -71,11 +80,16 @@ class PagerDutySink:
         self._key = routing_key
         self._config = config
         self._base = base_url.rstrip("/")
+        # The key, and a base URL's credentials (an egress proxy's basic auth), longest first.
+        self._secrets = sorted({routing_key, *url_secrets(base_url)},
+                               key=lambda s: (-len(s), s))
         self.min_interval = config.min_interval
         self._severity: dict[str, str] = {str(k): str(v) for k, v in config.severity_map.items()}
 
     def __repr__(self) -> str:
-        return f"PagerDutySink(routing_key=[redacted], base_url={self._base!r})"
+        parts = urlsplit(self._base)
+        shown = f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+        return f"PagerDutySink(routing_key=[redacted], base_url={shown!r})"
 
     def requests(self, n: Notification) -> list[HttpRequest]:
         out: list[HttpRequest] = []
@@ -87,7 +101,7 @@ class PagerDutySink:
 
     def _request(self, item: AlertItem) -> HttpRequest | None:
         rec = item.record
-        route = truncate(scrub(one_line(rec.labels["route"]), [self._key]), 80)
+        route = truncate(scrub(one_line(rec.labels["route"]), self._secrets), 80)
         if rec.rule in self._config.change_event_rules:
             # A change is a point in time: announced once, never reminded nor resolved.
             if item.status != "firing" or item.repeat:
@@ -138,7 +152,7 @@ class PagerDutySink:
         return body
 
     def classify(self, status: int, headers: Mapping[str, str], body: bytes) -> Outcome:
-        why = reason(status, body, [self._key])
+        why = reason(status, body, self._secrets)
         if 200 <= status < 300:
             return Outcome("ok", why)
         if status == 429:

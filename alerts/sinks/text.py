@@ -8,18 +8,20 @@ as long as callers pass only answers' bodies.
 
 from __future__ import annotations
 
+import base64
 import re
 import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import orjson
 
 __all__ = [
     "ELLIPSIS", "answer_code", "compact_json", "header", "retry_after", "rfc3339",
-    "reason", "scrub", "slack_escape", "truncate", "truncate_mrkdwn", "one_line",
+    "reason", "scrub", "slack_escape", "truncate", "truncate_mrkdwn", "one_line", "url_secrets",
 ]
 
 ELLIPSIS = "…"
@@ -161,6 +163,30 @@ def scrub(s: str, secrets: Iterable[str]) -> str:
         if len(secret) >= 4:
             s = s.replace(secret, "[redacted]")
     return s
+
+
+def url_secrets(url: str) -> list[str]:
+    """What a receiver's error body might echo of a sink URL that carries a credential: the
+    URL, its path and query, long path segments (a token in the path), query values, and
+    the userinfo (also Base64-encoded, as it travels in ``Authorization: Basic``). Longest
+    first, for :func:`scrub`.
+
+    >>> url_secrets("http://am:pw0rd@h:9093/hook?token=t0k3n&x=1")[2:]
+    ['YW06cHcwcmQ=', 'am:pw0rd', '/hook', 'pw0rd', 't0k3n']
+    """
+    try:
+        parts = urlsplit(url)
+        username, password = parts.username, parts.password
+    except ValueError:
+        return [url]
+    found = {url, parts.path, parts.query, unquote(parts.path)}
+    found.update(p for p in parts.path.split("/") if len(p) >= 8)
+    found.update(v for _, v in parse_qsl(parts.query, keep_blank_values=True))
+    if password:
+        userinfo = f"{unquote(username or '')}:{unquote(password)}"
+        found.update({password, unquote(password), userinfo,
+                      base64.b64encode(userinfo.encode()).decode()})
+    return sorted((s for s in found if len(s) >= 4), key=lambda s: (-len(s), s))
 
 
 def answer_code(body: bytes, n: int = 100, secrets: Iterable[str] = ()) -> str:

@@ -24,7 +24,7 @@ import orjson
 
 from alerts.notification import AlertItem, Notification
 from alerts.sinks.base import HttpRequest, Outcome
-from alerts.sinks.text import one_line, reason, retry_after, truncate
+from alerts.sinks.text import one_line, reason, retry_after, truncate, url_secrets
 
 __all__ = ["WebhookSink", "kind"]
 
@@ -49,6 +49,7 @@ class WebhookSink:
 
     def __init__(self, url: str) -> None:
         self._url = url
+        self._secrets = url_secrets(url)  # a receiver may quote the URL in an error
 
     def __repr__(self) -> str:
         return "WebhookSink(url=[redacted])"
@@ -69,7 +70,7 @@ class WebhookSink:
         return out
 
     def classify(self, status: int, headers: Mapping[str, str], body: bytes) -> Outcome:
-        why = reason(status, body)
+        why = reason(status, body, self._secrets)
         if 200 <= status < 300:
             return Outcome("ok", why)
         if status in (0, 408, 429) or status >= 500:

@@ -26,6 +26,14 @@ what each --from reads:
   trtllm  an LLM API RequestOutput as JSON with outputs[0].request_perf_metrics, or a
           trtllm-serve OpenAI response (choices[].speculative_decoding) carrying the
           request's /perf_metrics entry's `perf_metrics` for timing
+  llamacpp  a llama-server /v1/chat/completions, /v1/completions or native /completion
+          response with `timings` (draft_n / draft_n_accepted appear only when something
+          was drafted); draft length and method from the flags or --mapping
+  record  a recorded real-engine request (flat: runtime, run, route, models, tokenizer ids,
+          spec_type, spec_params, drafted/accepted/output tokens, latency_s), e.g.
+          shared/data/real-engine-events.jsonl; it names its own models and tokenizers,
+          its route becomes <run>/<route>, and records without ts run back to back from
+          --default-ts
 
 request_id is the engine's id (plus --request-id-prefix); ts is the engine's finish time
 (arrival + latency where only the arrival is given), else the adapt time with an
@@ -111,7 +119,8 @@ def register(sub: Any, with_config: Callable[[argparse.ArgumentParser], None] | 
     from monitor.adapters import ADAPTERS
 
     p = sub.add_parser(
-        "adapt", help="convert vLLM / SGLang / TensorRT-LLM request outputs to telemetry v1",
+        "adapt", help="convert vLLM / SGLang / TensorRT-LLM / llama.cpp request outputs (or "
+        "recorded requests) to telemetry v1",
         description=_DESCRIPTION, epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -141,13 +150,13 @@ def register(sub: Any, with_config: Callable[[argparse.ArgumentParser], None] | 
 def cmd_adapt(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from monitor.adapters import ADAPTERS
+    from monitor.adapters import ADAPTERS, SELF_DESCRIBED
     from monitor.adapters.defaults import Defaults, load_mapping
     from monitor.adapters.driver import adapt_lines, open_lines, open_out
     from monitor.deadletter import FileDeadLetter
 
     models = load_mapping(args.mapping) if args.mapping else {}
-    if not models:
+    if not models and args.engine not in SELF_DESCRIBED:
         # Without a mapping every request would be rejected for the same missing flag: say
         # so once, before reading anything.
         missing = [flag for flag, dest in (("--route", "route"),

@@ -1,13 +1,18 @@
-"""Bearer-token authentication of ``/api/...`` and ``/metrics``.
+"""Bearer-token authentication of everything but the probes and the API's own description.
 
 Enforced by an ASGI middleware rather than a FastAPI dependency: a dependency runs after the
 body is parsed and the route matched, so a malformed body or an unknown path would be
-answered (400, 404) before the token was checked. Here nothing under the protected prefixes
-is looked at without it. ``/healthz`` and ``/readyz`` stay open for probes; ``/docs`` and
-``/openapi.json`` too (the document is the same for everyone and holds no data).
+answered (400, 404) before the token was checked. Here nothing is looked at without it.
 
-The token is compared in constant time (digests of equal length, so not even its length
-leaks) and never logged or echoed.
+Default deny: :data:`OPEN_PATHS` is the whole list of what answers without the token
+(``/healthz`` and ``/readyz`` for probes, which cannot send headers everywhere; ``/docs``,
+``/redoc`` and ``/openapi.json``, the same for everyone and holding no data). Every other path,
+``/api/...``, ``/metrics`` and any route added later, needs it. The token is read from the
+``Authorization`` header only, never from the query string (which ends up in access logs,
+proxies and browser history).
+
+The token is compared in constant time (SHA-256 digests of equal length, so not even its
+length leaks) and never logged or echoed.
 """
 
 from __future__ import annotations
@@ -22,14 +27,15 @@ from monitor.api.errors import error_response
 from monitor.api.exceptions import ApiConfigError
 
 TOKEN_ENV = "SPECWATCH_API_TOKEN"
-PROTECTED = ("/api/", "/metrics")
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect",
+                        "/redoc"})
 
 
 def is_protected(path: str) -> bool:
-    """>>> [is_protected(p) for p in ("/api/v1/ratios", "/metrics", "/healthz", "/docs")]
-    [True, True, False, False]
+    """>>> [is_protected(p) for p in ("/api/v1/ratios", "/metrics", "/healthz", "/docs", "/x")]
+    [True, True, False, False, True]
     """
-    return path == "/api" or path == "/metrics" or path.startswith(PROTECTED)
+    return path not in OPEN_PATHS
 
 
 def token_from_env(env: Mapping[str, str]) -> str | None:

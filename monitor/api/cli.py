@@ -1,4 +1,4 @@
-"""``specwatch serve --http HOST:PORT``: the HTTP API without the daemon.
+"""``specwatch serve [--http HOST:PORT]``: the HTTP API without the daemon.
 
 For a read replica, or a box that only answers questions: everything comes from the
 database (routes from the detector state the daemons committed). ``/metrics`` shows this
@@ -20,6 +20,9 @@ from monitor.api.exceptions import ApiConfigError
 from monitor.config import Config
 
 log = logging.getLogger("specwatch")
+
+# Loopback unless told otherwise: exposing the API is a decision spelled out on the command line.
+DEFAULT_LISTEN = "127.0.0.1:8080"
 
 
 def listen_arg(value: str) -> tuple[str, int]:
@@ -80,8 +83,9 @@ def register(sub: Any, with_config: Callable[[argparse.ArgumentParser], None],
              config: Callable[[argparse.Namespace], Config]) -> None:
     """Add ``serve`` to the ``specwatch`` parser."""
     p = sub.add_parser("serve", help="the HTTP API alone (no daemon), e.g. on a read replica")
-    p.add_argument("--http", type=listen_arg, required=True, metavar="HOST:PORT",
-                   help="where to listen, e.g. 127.0.0.1:8080 or [::1]:8080; any non-loopback "
-                   "address needs SPECWATCH_API_TOKEN")
+    p.add_argument("--http", type=listen_arg, default=DEFAULT_LISTEN, metavar="HOST:PORT",
+                   help=f"where to listen (default {DEFAULT_LISTEN}; a bare PORT or :PORT is "
+                   "on 127.0.0.1 too), e.g. [::1]:8080; any non-loopback address, 0.0.0.0 or "
+                   "[::] included, needs SPECWATCH_API_TOKEN")
     with_config(p)
     p.set_defaults(func=lambda args: cmd_serve(args, config(args)))

@@ -15,9 +15,11 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException
 
 from monitor.api.exceptions import ApiError
+from monitor.store.exceptions import StoreUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -99,4 +101,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, _on_api_error)
     app.add_exception_handler(HTTPException, _on_http)
     app.add_exception_handler(DBAPIError, _on_database)
+    # The store's own "unreachable" and a pool whose connections all hang: 503 as well.
+    app.add_exception_handler(StoreUnavailableError, _on_database)
+    app.add_exception_handler(PoolTimeoutError, _on_database)
     app.add_exception_handler(Exception, _on_unexpected)

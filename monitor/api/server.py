@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import re
 import socket
 import threading
 from collections.abc import Sequence
@@ -18,20 +19,69 @@ from starlette.types import ASGIApp
 
 from monitor.api.auth import TOKEN_ENV
 from monitor.api.exceptions import ApiConfigError
+from monitor.api.limits import MAX_BODY_BYTES, BodyLimit
 
 log = logging.getLogger(__name__)
+ACCESS_LOG = "uvicorn.access"
+# Query parameters that look like credentials: the API reads the token from the header only,
+# but a client that puts it in the URL must not get it written to our access log as well.
+_CREDENTIAL_PARAM = re.compile(
+    r"([?&](?:[^=&]*(?:token|key|secret|password|passwd|auth|credential|signature)[^=&]*)=)"
+    r"[^&]*", re.IGNORECASE)
+
+
+def redact_query(path: str) -> str:
+    """``path`` with the values of credential-looking query parameters replaced.
+
+    >>> redact_query("/api/v1/ratios?route=code&access_token=s3cret&API_KEY=k")
+    '/api/v1/ratios?route=code&access_token=***&API_KEY=***'
+    """
+    return _CREDENTIAL_PARAM.sub(r"\1***", path)
+
+
+def _redact_access_record(record: logging.LogRecord) -> bool:
+    # uvicorn's access line: (client, method, path with query string, http version, status)
+    args = record.args
+    if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str):
+        record.args = (*args[:2], redact_query(args[2]), *args[3:])
+    return True
+
+
+def _redact_scope_record(record: logging.LogRecord) -> bool:
+    # uvicorn's TRACE log of ASGI messages prints the whole scope: headers and bodies as
+    # placeholders already, but the query string as is.
+    args = record.args
+    if isinstance(args, tuple):
+        record.args = tuple(
+            {**a, "query_string": redact_query("?" + a["query_string"].decode("latin-1"))[1:]
+             .encode("latin-1")}
+            if isinstance(a, dict) and isinstance(a.get("query_string"), bytes) else a
+            for a in args)
+    return True
+
+
+_LOG_FILTERS = ((ACCESS_LOG, _redact_access_record), ("uvicorn.asgi", _redact_scope_record))
 
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0
+# Where a bare port listens. Unlike Go's ":8080" (every interface), an address left out here
+# means this machine only: exposing the API is always spelled out (0.0.0.0:8080, [::]:8080).
+DEFAULT_HOST = "127.0.0.1"
 
 
 def parse_listen(value: str) -> tuple[str, int]:
-    """``HOST:PORT`` (IPv6 in brackets) as ``(host, port)``; port 0 picks a free one.
+    """``HOST:PORT`` (IPv6 in brackets) as ``(host, port)``; port 0 picks a free one. A bare
+    ``PORT`` or ``:PORT`` listens on loopback (:data:`DEFAULT_HOST`).
 
     >>> parse_listen("127.0.0.1:8080"), parse_listen("[::1]:9"), parse_listen("0.0.0.0:0")
     (('127.0.0.1', 8080), ('::1', 9), ('0.0.0.0', 0))
+    >>> parse_listen("8080"), parse_listen(":9464")
+    (('127.0.0.1', 8080), ('127.0.0.1', 9464))
     """
     text = value.strip()
+    bare = text[1:] if text.startswith(":") else text
+    if bare.isdigit():
+        text = f"{DEFAULT_HOST}:{bare}"
     if text.startswith("["):
         host, closed, rest = text[1:].partition("]")
         if not closed or not rest.startswith(":"):
@@ -76,11 +126,19 @@ def is_loopback(host: str) -> bool:
     return addr.is_loopback
 
 
+def _every_interface(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_unspecified
+    except ValueError:
+        return False
+
+
 def require_token(host: str, token: str | None) -> None:
     """Refuse to expose the API beyond this machine without a token."""
     if not token and not is_loopback(host):
+        where = f"{host} (every interface)" if _every_interface(host) else host
         raise ApiConfigError(
-            f"refusing to serve the HTTP API on {host} without a token: set {TOKEN_ENV} "
+            f"refusing to serve the HTTP API on {where} without a token: set {TOKEN_ENV} "
             "(clients send 'Authorization: Bearer <token>'), or listen on 127.0.0.1")
 
 
@@ -120,14 +178,17 @@ class ApiServer:
 
     ``start()`` binds in the caller's thread (so a taken port fails there, and port 0 is
     resolved: ``.port``) and returns once uvicorn accepts connections; ``stop()`` lets
-    in-flight requests finish (up to a few seconds) and joins the thread.
+    in-flight requests finish (up to a few seconds) and joins the thread. Request bodies
+    over ``max_body_bytes`` are refused with 413 before the app reads them.
     """
 
-    def __init__(self, app: ASGIApp, host: str, port: int, *, access_log: bool = False) -> None:
+    def __init__(self, app: ASGIApp, host: str, port: int, *, access_log: bool = False,
+                 max_body_bytes: int = MAX_BODY_BYTES) -> None:
         self.app = app
         self.host = host
         self.port = port
         self.access_log = access_log
+        self.max_body_bytes = max_body_bytes
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -141,9 +202,18 @@ class ApiServer:
             raise RuntimeError("ApiServer already started")
         sock = _listen(self.host, self.port)
         self.port = sock.getsockname()[1]
+        for name, redact in _LOG_FILTERS:
+            if redact not in logging.getLogger(name).filters:
+                logging.getLogger(name).addFilter(redact)
+        if self.access_log:
+            # uvicorn cuts the access logger off (propagate=False) whenever a server runs
+            # without it, process-wide; one that asks for it must get it back.
+            logging.getLogger(ACCESS_LOG).propagate = True
         config = uvicorn.Config(
-            self.app, lifespan="off", access_log=self.access_log, timeout_graceful_shutdown=5,
+            BodyLimit(self.app, self.max_body_bytes), lifespan="off",
+            access_log=self.access_log, timeout_graceful_shutdown=5,
             log_config=None,  # the process's logging stays as it is; uvicorn's logs propagate
+            server_header=False,  # no "server: uvicorn": nothing to fingerprint for free
         )
         done = threading.Event()
         self._server = _Server(config, done)

@@ -51,7 +51,8 @@ def register(
                         "scrape.state_path)")
     p.add_argument("--bootstrap", metavar="HOST:PORT", help="Kafka bootstrap servers")
     p.add_argument("--metrics-port", type=int, metavar="PORT",
-                   help="serve the scraper's own metrics (failures, resets, events) on PORT")
+                   help="serve the scraper's own metrics (failures, resets, events) on "
+                   "127.0.0.1:PORT")
     p.set_defaults(func=lambda args: cmd_scrape(args, config(args)))
 
 
@@ -89,7 +90,8 @@ def cmd_scrape(args: argparse.Namespace, config: Any) -> int:
     if args.metrics_port is not None:
         registry = CollectorRegistry()
         registry.register(ScrapeCollector(source.scrapers))
-        start_http_server(args.metrics_port, registry=registry)
+        # Loopback only: this endpoint has no token (the API's rule, docs/security.md).
+        start_http_server(args.metrics_port, addr="127.0.0.1", registry=registry)
     try:
         if args.once:
             source.scrape_once()

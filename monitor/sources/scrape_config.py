@@ -33,7 +33,7 @@ from monitor.durations import parse_duration
 
 __all__ = ["ENGINES", "ScrapeConfig", "ScrapeTarget"]
 
-ENGINES = ("vllm", "sglang", "trtllm")
+ENGINES = ("vllm", "sglang", "trtllm", "llamacpp")
 
 # Not monitor.config.Duration: monitor/config.py imports this module.
 _Duration = Annotated[float, BeforeValidator(parse_duration)]
@@ -52,7 +52,7 @@ class ScrapeTarget(_Frozen):
     counter's history is per process) and the route its selected series belong to."""
 
     url: str
-    engine: Literal["vllm", "sglang", "trtllm"]
+    engine: Literal["vllm", "sglang", "trtllm", "llamacpp"]
     interval: _Duration = 15.0
     route: _Id
     target_model: _Name
@@ -77,7 +77,9 @@ class ScrapeTarget(_Frozen):
     def _http_url(cls, v: str) -> str:
         parts = urlsplit(v)
         if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError(f"want an http(s) URL such as http://host:8000/metrics, got {v!r}")
+            shown = v.rsplit("@", 1)[-1]  # never the userinfo: it may hold a password
+            raise ValueError(
+                f"want an http(s) URL such as http://host:8000/metrics, got {shown!r}")
         return v
 
     @field_validator("interval")

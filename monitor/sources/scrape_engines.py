@@ -1,7 +1,9 @@
 """Where each engine keeps its speculative-decoding numbers on ``/metrics``, and reading them.
 
 Names follow ``shared/reference/engine-telemetry.md`` (vLLM V1 1.1/1.4, SGLang 2.2,
-TensorRT-LLM 3.3). Everything is matched on *sample* names with a trailing ``_total``
+TensorRT-LLM 3.3) and, for llama.cpp, ``llama-server --metrics`` as written by
+``server_task_result_metrics::to_metrics`` (``tools/server/server-task.cpp``; reference
+``real-engines-on-cpu.md``). Everything is matched on *sample* names with a trailing ``_total``
 removed, and ``:`` read as ``_`` (OpenMetrics exporters may escape it). prometheus_client's
 text parser strips ``_total`` from a counter's family name but not from its samples, an
 exporter without ``# TYPE`` lines leaves the family "unknown" with the suffix on, and an
@@ -11,19 +13,41 @@ suffix treats all three alike.
 What each engine offers (per interval, from counter increases; names without ``_total``):
 
 - verify steps: vLLM ``vllm:spec_decode_num_drafts``; SGLang ``sglang:spec_verify_calls``;
-  TRT-LLM has none, so the drafted tokens at position 0 stand in (*).
+  llama.cpp ``llamacpp:spec_decode_num_drafts``; TRT-LLM has none, so the drafted tokens at
+  position 0 stand in (*).
 - drafted / accepted tokens: vLLM ``vllm:spec_decode_num_draft_tokens`` /
   ``vllm:spec_decode_num_accepted_tokens``; TRT-LLM ``trtllm_spec_decode_num_draft_tokens`` /
-  ``trtllm_spec_decode_num_accepted_tokens``; SGLang none (derived, ``scrape_event.py``).
+  ``trtllm_spec_decode_num_accepted_tokens``; llama.cpp
+  ``llamacpp:spec_decode_num_draft_tokens`` / ``llamacpp:spec_decode_num_accepted_tokens``;
+  SGLang none (derived, ``scrape_event.py``).
 - accepted per position: vLLM ``vllm:spec_decode_num_accepted_tokens_per_pos{position}``;
-  TRT-LLM ``trtllm_spec_decode_accepted_tokens{token_position}``.
+  TRT-LLM ``trtllm_spec_decode_accepted_tokens{token_position}``; llama.cpp
+  ``llamacpp:spec_decode_num_accepted_tokens_per_pos{position}``.
 - finished requests: vLLM ``vllm:request_success`` (all finish reasons; abort and error
   are the failures); SGLang ``sglang:num_requests`` (``num_aborted_requests`` failed);
-  TRT-LLM ``trtllm_request_success`` + ``trtllm_request_error``.
+  TRT-LLM ``trtllm_request_success`` + ``trtllm_request_error``; llama.cpp none.
 - tokens and latency: ``*generation_tokens``, ``*prompt_tokens``, the
-  ``*time_to_first_token_seconds`` and ``*e2e_request_latency_seconds`` histograms.
+  ``*time_to_first_token_seconds`` and ``*e2e_request_latency_seconds`` histograms;
+  llama.cpp ``llamacpp:tokens_predicted`` and ``llamacpp:prompt_tokens`` (processed) plus
+  ``llamacpp:prompt_tokens_cached`` (reused), and no latency histogram.
 
 (*) each verification step with a draft drafts position 0 exactly once.
+
+llama.cpp differs from the prometheus_client engines in ways that matter here:
+
+- its spec-decode counters are always exposed, 0 while nothing was drafted. A target is
+  configured with a draft length, i.e. as speculating, so an active interval in which nothing
+  was drafted is an event with ``drafted_tokens`` 0: the silent disablement of an incompatible
+  draft model (llama-server logs an error and serves on without speculation) shows up as
+  ``speculation_inactive`` instead of as no data;
+- no ``process_start_time_seconds`` and no ``_created``: a restart is seen as counters going
+  down (``scrape_counters.py``), so a restart that overtakes the old values within one
+  interval under-counts that interval;
+- values are printed with C++'s default stream precision, 6 significant digits
+  (``1.23457e+06``): once a counter passes 10^6 its increases are exact only to that
+  precision (a rounded counter still never goes down, so no false reset);
+- no finished-request counter and no latency histogram: ``scrape.requests`` is null and
+  ``e2e_ms`` is 0 in its events.
 """
 
 from __future__ import annotations
@@ -159,7 +183,18 @@ TRTLLM = EngineProfile("trtllm", {
     **_latency("trtllm_", "time_to_first_token_seconds", "e2e_request_latency_seconds"),
 }, spec_quantity="draft_tokens")
 
-PROFILES: dict[str, EngineProfile] = {p.engine: p for p in (VLLM, SGLANG, TRTLLM)}
+LLAMACPP = EngineProfile("llamacpp", {
+    # "Speculative: Total speculative decoding verification steps"
+    "drafts": _q("llamacpp:spec_decode_num_drafts"),
+    "draft_tokens": _q("llamacpp:spec_decode_num_draft_tokens"),
+    "accepted_tokens": _q("llamacpp:spec_decode_num_accepted_tokens"),
+    "accepted_pos": _q("llamacpp:spec_decode_num_accepted_tokens_per_pos", by="position"),
+    "generation_tokens": _q("llamacpp:tokens_predicted"),
+    # prompt_tokens_total excludes the tokens reused from the cache, which count apart
+    "prompt_tokens": _q("llamacpp:prompt_tokens", "llamacpp:prompt_tokens_cached"),
+}, spec_quantity="draft_tokens")
+
+PROFILES: dict[str, EngineProfile] = {p.engine: p for p in (VLLM, SGLANG, TRTLLM, LLAMACPP)}
 
 
 @dataclass(slots=True)

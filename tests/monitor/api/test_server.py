@@ -27,8 +27,8 @@ def test_parse_listen(value: str, expected: tuple[str, int]) -> None:
 
 
 @pytest.mark.parametrize(("value", "says"), [
-    (":8080", "has no host"),
-    ("8080", "want HOST:PORT"),
+    (":", "has no host"),
+    (":http", "has no host"),
     ("127.0.0.1", "want HOST:PORT"),
     ("127.0.0.1:", "not a number"),
     ("127.0.0.1:http", "not a number"),

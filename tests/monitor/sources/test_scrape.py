@@ -855,3 +855,186 @@ def test_events_reach_kafka_keyed_by_route(broker: EmbeddedBroker) -> None:
         consumer.close()
     assert len(received) == 6
     assert all(len(p) == 1 for p in partitions.values())
+
+
+# -- llama.cpp llama-server ------------------------------------------------------------------
+
+
+def test_llamacpp_fixture(text_server: TextServer) -> None:
+    """llama-server's own exposition: no request counter and no latency histogram; prompt
+    tokens are the processed plus the cached ones."""
+    model = "qwen-1.5b-code"
+    (event,) = _scrape_pair("llamacpp", [
+        _meta(text_server.url, "llamacpp", "code", model, 3, {})], text_server)
+    assert event["spec"] == {"num_speculative_tokens": 3, "drafted_tokens": 600,
+                             "accepted_tokens": 390, "verify_steps": 200,
+                             "accepted_per_position": [170, 125, 95], "method": "eagle"}
+    assert (event["output_tokens"], event["prompt_tokens"]) == (600, 1200)
+    assert event["e2e_ms"] == 0.0 and "ttft_ms" not in event
+    assert event["scrape"]["requests"] is None and event["scrape"]["ttft_ms_mean"] is None
+    assert event["engine"] == "llamacpp"
+
+
+LLAMA_COUNTERS = ("prompt_tokens_total", "prompt_tokens_cached_total", "tokens_predicted_total",
+                  "n_decode_total", "spec_decode_num_draft_tokens_total",
+                  "spec_decode_num_accepted_tokens_total", "spec_decode_num_drafts_total")
+
+
+class LlamaServer:
+    """llama-server's ``/metrics`` the way ``server-task.cpp`` writes it: ``llamacpp:``
+    counters with HELP/TYPE lines, 6 significant digits, no process metrics, the labelled
+    per-position counter only once a draft was accepted. One instance is one process's life;
+    ``draft_ok=False`` is a draft model the server refused (incompatible vocabulary): it
+    serves on without speculation, the spec counters stay 0."""
+
+    def __init__(self, k: int, *, draft_ok: bool = True, port: int = 0) -> None:
+        self.k, self.draft_ok = k, draft_ok
+        self.values = dict.fromkeys(LLAMA_COUNTERS, 0)
+        self.per_pos: list[int] = []
+        self.server = _Server(self._app, port)
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def _app(self, environ: Any, start_response: Any) -> list[bytes]:
+        lines = []
+        for name, value in self.values.items():
+            lines += [f"# HELP llamacpp:{name} counter", f"# TYPE llamacpp:{name} counter",
+                      f"llamacpp:{name} {value:g}"]
+        lines += ["# TYPE llamacpp:requests_processing gauge", "llamacpp:requests_processing 0"]
+        if self.per_pos:
+            lines.append("# TYPE llamacpp:spec_decode_num_accepted_tokens_per_pos_total counter")
+            lines += [f'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}} '
+                      f"{v:g}" for i, v in enumerate(self.per_pos)]
+        start_response("200 OK", [("Content-Type", "text/plain; version=0.0.4")])
+        return ["\n".join(lines).encode() + b"\n"]
+
+    def serve(self, requests: int, rng: random.Random, p: float, truth: Truth | None) -> None:
+        """``requests`` requests of 30 tokens: prefill gives the first, then verification
+        steps give the accepted drafts plus one (or one per decode without speculation)."""
+        v = self.values
+        for _ in range(requests):
+            v["prompt_tokens_total"] += 40
+            generated = 1
+            while generated < 30:
+                if not self.draft_ok:
+                    generated += 1
+                    v["n_decode_total"] += 1
+                    continue
+                accepted = 0
+                while accepted < self.k and rng.random() < p:
+                    accepted += 1
+                v["spec_decode_num_drafts_total"] += 1
+                v["spec_decode_num_draft_tokens_total"] += self.k
+                v["spec_decode_num_accepted_tokens_total"] += accepted
+                if accepted:
+                    self.per_pos += [0] * (self.k - len(self.per_pos))
+                for pos in range(accepted):
+                    self.per_pos[pos] += 1
+                generated += accepted + 1
+                if truth is not None:
+                    truth.drafts["llama"] += 1
+                    truth.drafted["llama"] += self.k
+                    truth.accepted["llama"] += accepted
+            v["tokens_predicted_total"] += generated
+            if truth is not None:
+                truth.generated["llama"] += generated
+                truth.requests["llama"] += 1
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+def _llama_target(url: str) -> ScrapeTarget:
+    return ScrapeTarget(url=url, engine="llamacpp", route="code", target_model="qwen-1.5b",
+                        target_revision="sha256:cc32", target_tokenizer="gguf:qwen2",
+                        draft_model="qwen-0.5b", draft_revision="sha256:1d96",
+                        draft_tokenizer="gguf:qwen2", method="draft_model",
+                        num_speculative_tokens=3)
+
+
+def test_llamacpp_silent_disablement_raises_speculation_inactive(
+    db_url: str, tmp_path: Path
+) -> None:
+    """llama-server restarted with a draft it refuses keeps serving: its counters went down
+    (a reset, there is no process_start_time_seconds), tokens are generated, nothing is
+    drafted. Each such interval is an event with drafted 0; after a full detection window of
+    them (10 min, 20+ events) the daemon's rule fires."""
+    rng, truth, clock = random.Random(4), Truth(), Clock()
+    life1 = LlamaServer(3)
+    life1.serve(50, rng, 0.7, None)  # before specwatch looked
+    out = tmp_path / "scraped.jsonl"
+    source = ScrapeSource(ScrapeConfig(targets=[_llama_target(life1.url)]),
+                          JsonLinesSink(out), clock=clock)
+    produced: list[dict[str, Any]] = []
+    try:
+        assert source.scrape_once() == []
+        for _ in range(8):  # two minutes of speculation
+            life1.serve(2, rng, 0.7, truth)
+            clock.now += 15
+            produced += source.scrape_once()
+    finally:
+        life1.stop()
+    restart = clock.now
+    life2 = LlamaServer(3, draft_ok=False, port=life1.server.port)
+    try:
+        for _ in range(52):  # 13 minutes without it
+            life2.serve(2, rng, 0.7, None)
+            clock.now += 15
+            produced += source.scrape_once()
+    finally:
+        life2.stop()
+        source.close()
+
+    assert len(produced) == 60
+    assert_valid_telemetry(produced)
+    assert source.scrapers[0].stats.resets == 1
+    before, after = produced[:8], produced[8:]
+    assert [sum(e["spec"][f] for e in before) for f in (
+        "drafted_tokens", "accepted_tokens", "verify_steps")] == [
+        truth.drafted["llama"], truth.accepted["llama"], truth.drafts["llama"]]
+    assert sum(e["output_tokens"] for e in before) == truth.generated["llama"]
+    assert all(sum(e["spec"]["accepted_per_position"]) == e["spec"]["accepted_tokens"]
+               for e in before)
+    # spec present (the target speculates), nothing drafted, tokens still generated
+    assert all(e["spec"]["drafted_tokens"] == 0 and e["output_tokens"] > 0 for e in after)
+    assert after[0]["scrape"]["counter_resets"] == 1
+    assert all("accepted_per_position" not in e["spec"] for e in after)
+
+    assert main(["replay", str(out), "--db", db_url, "--migrate", "--no-progress"]) == 0
+    with Store(db_url) as store:
+        alerts = store.alerts(rule="speculation_inactive")
+        rows = store.ratios(granularity="day")
+    assert [(a.state, a.labels["route"]) for a in alerts] == [("firing", "code")]
+    # not before a whole window (10 one-minute buckets, the oldest partly) had no drafting
+    assert alerts[0].at.timestamp() >= restart + 9 * 60
+    assert sum(r.drafted_tokens for r in rows) == truth.drafted["llama"]
+    assert sum(r.drafting_requests for r in rows) == 8
+
+
+def test_llamacpp_counters_past_a_million_are_rounded_not_reset(text_server: TextServer
+                                                                ) -> None:
+    """llama-server prints 6 significant digits: past 10^6 an increase is exact only to that
+    precision, and a rounded counter never goes down, so it is never mistaken for a reset."""
+    clock = Clock()
+    scraper = EngineScraper(_llama_target(text_server.url), clock=clock)
+
+    def body(drafts: int, drafted: int, accepted: int, generated: int) -> str:
+        return "".join(f"# TYPE llamacpp:{n} counter\nllamacpp:{n} {v:g}\n" for n, v in (
+            ("spec_decode_num_drafts_total", drafts),
+            ("spec_decode_num_draft_tokens_total", drafted),
+            ("spec_decode_num_accepted_tokens_total", accepted),
+            ("tokens_predicted_total", generated)))
+
+    text_server.body = body(333_335, 1_000_004, 700_001, 1_100_000)
+    assert "1e+06" in text_server.body and scraper.scrape_once() is None
+    text_server.body = body(333_535, 1_000_609, 700_391, 1_100_600)
+    clock.now += 15
+    event = scraper.scrape_once()
+    assert event is not None and scraper.stats.resets == 0
+    spec = event["spec"]
+    # printed 1e+06 -> 1.00061e+06 and 700001 -> 700391: 610 drafted (605 really), 390
+    assert (spec["drafted_tokens"], spec["accepted_tokens"], spec["verify_steps"]) == (
+        610, 390, 200)
+    assert event["output_tokens"] == 600

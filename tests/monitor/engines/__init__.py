@@ -1,0 +1,1 @@
+"""Tests of monitor/engines: engine-side counting against real engines."""
