@@ -57,7 +57,10 @@ class Alerting:
         self.metrics = metrics
         self.deliver = deliver
         self.lifecycle = Lifecycle(config.lifecycle)
-        self.silences: Sequence[Silence] = ()
+        # The silences in force, as the caller last read them from the store; ``None``
+        # until it did: a daemon's first checkpoints then keep the stored ones rather than
+        # lift every silence until the first read.
+        self.silences: Sequence[Silence] | None = None
         self._counted: Counter[str] = Counter()
 
     @property
@@ -67,6 +70,8 @@ class Alerting:
     def load(
         self, states: dict[str, Any], owns: Callable[[str], bool] | None = None
     ) -> None:
+        """Restore the lifecycle; with ``owns`` (a consumer group), only the groups of the
+        routes read by this process are timed and notified here."""
         self.lifecycle.load(states, owns)
         self._counted = Counter(self.lifecycle.suppressed)
 
@@ -80,7 +85,8 @@ class Alerting:
             return Decision()  # nothing seen yet: no clock to time anything against
         if records:
             lc.update(records)
-        notes = lc.advance(now, self.silences)
+        silences = lc.silences if self.silences is None else self.silences
+        notes = lc.advance(now, silences)
         d = Decision(notifications=notes)
         if self.deliver:
             for n in notes:

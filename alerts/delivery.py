@@ -7,7 +7,14 @@ queue where it stopped (at-least-once; sinks dedup by episode key and fingerprin
 Each sink has its own thread and its own queue, delivered strictly in order (a resolve never
 overtakes its trigger), paced to the sink's ``min_interval``. One daemon at a time holds a
 sink's lease in the database, so several daemons on one store still deliver each row once
-in the normal case and in order always. Answers are judged by the sink:
+in the normal case and in order always. The holder renews the lease right before every
+request (after pacing), however long a pass takes, and stops the pass when it lost it; the
+lease must outlast one request (``delivery.timeout``). When the holder dies, another daemon
+takes the queue over once the lease ran out: within ``delivery.lease`` plus one
+``poll_interval``. The row whose request was on the wire then (the head of the queue, at
+most one per sink) may be delivered twice: delivery is at-least-once, and sinks dedup
+(PagerDuty by ``dedup_key``, webhooks by ``X-Specwatch-Key``). Answers are judged by the
+sink:
 
 - ``ok``: the row is delivered (``progress`` records each accepted request of a row, so a
   retry never re-sends what was accepted);
@@ -95,6 +102,11 @@ class DeliveryWorker:
         self._http: dict[str, HttpClient] = {}
         for name in self.sinks:
             metrics.add_sink(name)
+        d = config.delivery
+        if d.lease <= d.timeout:
+            log.warning("delivery.lease (%gs) is not longer than delivery.timeout (%gs): a "
+                        "request may outlast the lease, and another daemon deliver the same "
+                        "row meanwhile", d.lease, d.timeout)
 
     # -- threads -------------------------------------------------------------------------------
 
@@ -159,8 +171,7 @@ class DeliveryWorker:
         sink = self.sinks[name]
         now = self.clock()
         self._refresh_gauges(now)
-        if not self.store.acquire_lease(name, self.holder, _utc(now),
-                                        self.config.delivery.lease):
+        if not self._hold(name):
             return self.config.delivery.lease / 2
         if name == "alertmanager":
             self._maybe_resync(sink, now)  # type: ignore[arg-type]
@@ -179,8 +190,13 @@ class DeliveryWorker:
                 return 0.0
         return 0.0 if self.store.head(name, 1) else None
 
+    def _hold(self, name: str) -> bool:
+        """Take or renew ``name``'s lease for ``delivery.lease`` from now."""
+        return self.store.acquire_lease(name, self.holder, _utc(self.clock()),
+                                        self.config.delivery.lease)
+
     def _deliver(self, name: str, sink: Sink | LocalSink, row: OutboxRow) -> bool:
-        """One row; ``False`` when the queue must wait (retry or broken sink)."""
+        """One row; ``False`` when the queue must wait (retry, broken sink, lost lease)."""
         n = Notification.from_json(row.payload)
         if not hasattr(sink, "requests"):
             sink.emit(n)  # type: ignore[union-attr]
@@ -189,7 +205,16 @@ class DeliveryWorker:
         requests = sink.requests(n)  # type: ignore[union-attr]
         progress = row.progress
         while progress < len(requests):
-            answer, outcome = self._send(name, sink, requests[progress])  # type: ignore[arg-type]
+            sent = self._send(name, sink, requests[progress])  # type: ignore[arg-type]
+            if sent is None:
+                # Another daemon has the queue now (this pass outlasted the lease): it
+                # resumes after what this pass got accepted.
+                if progress > row.progress:
+                    self.store.keep_progress(row.id, progress)
+                log.warning("lost the %s delivery lease mid-pass; %s is left to its holder",
+                            name, row.key)
+                return False
+            answer, outcome = sent
             if outcome.kind == "ok":
                 progress += 1
                 continue
@@ -197,10 +222,14 @@ class DeliveryWorker:
         self._done(name, row, progress)
         return True
 
-    def _send(self, name: str, sink: Sink, req: HttpRequest) -> tuple[HttpAnswer, Outcome]:
+    def _send(self, name: str, sink: Sink, req: HttpRequest
+              ) -> tuple[HttpAnswer, Outcome] | None:
+        """Pace, renew the lease, send; ``None`` (nothing sent) when the lease was lost."""
         wait = self._next_send.get(name, float("-inf")) - self.clock()
         if wait > 0:
             self._pace(wait)  # pacing: Slack asks for one message per second
+        if not self._hold(name):
+            return None
         client = self._http.get(name)
         if client is None:
             client = self._http[name] = HttpClient(self.config.delivery.timeout)
@@ -280,7 +309,10 @@ class DeliveryWorker:
                                                                           r["severity"])
         ]
         for req in sink.resync(episodes, _utc(now)):
-            answer, outcome = self._send("alertmanager", sink, req)
+            sent = self._send("alertmanager", sink, req)
+            if sent is None:
+                return  # another daemon delivers (and re-posts) now
+            answer, outcome = sent
             if outcome.kind != "ok":
                 log.warning("alertmanager re-post %s: %s", req.describe,
                             outcome.reason or answer.error)

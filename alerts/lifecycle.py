@@ -281,6 +281,13 @@ class Lifecycle:
 
     Silences are those of the latest :meth:`advance`: records applied by :meth:`update`
     before it are decided against the previous ones.
+
+    In a consumer group each group is timed by the one process that reads its route
+    (``group_by`` always holds ``route``): :meth:`load` with ``owns`` keeps the other
+    groups aside, untimed and unsent, and takes one over once its route is read here (a
+    record of it arrives, or ``owns`` says so at an :meth:`update` or :meth:`advance`: the
+    route moved to this process), so its timers and notification sequence go on instead of
+    restarting at a key already used.
     """
 
     STATE_PREFIX = "alerts/group/"
@@ -291,6 +298,10 @@ class Lifecycle:
         self.suppressed: Counter[str] = Counter()
         self._groups: dict[str, _Group] = {}
         self._where: dict[str, str] = {}          # fingerprint -> gid of its open episode
+        # Stored groups of routes another process reads, and their open fingerprints.
+        self._aside: dict[str, _Group] = {}
+        self._aside_where: dict[str, str] = {}
+        self._owns: Callable[[str], bool] | None = None
         self._clock: float | None = None          # the largest time seen
         self._now: float | None = None            # the event time being decided
         self._silences: tuple[Silence, ...] = ()
@@ -307,6 +318,7 @@ class Lifecycle:
         not ours). With ``owns``, only the groups whose routes it owns: in a consumer group,
         each route's timers run in the one process that reads the route."""
         self._reset()
+        self._owns = owns
         for key, data in states.items():
             if key == _META_KEY:
                 require_version(data, _META_KIND, _VERSION)
@@ -316,6 +328,9 @@ class Lifecycle:
                 continue
             g = _Group.from_json(data)
             if owns is not None and not all(owns(r) for r in g.routes()):
+                self._aside[g.gid] = g
+                for fp in g.alerts:
+                    self._aside_where[fp] = g.gid
                 continue
             self._groups[g.gid] = g
             for fp in g.alerts:
@@ -334,6 +349,11 @@ class Lifecycle:
     def clock(self) -> float | None:
         """The lifecycle's clock (epoch seconds), ``None`` before any input."""
         return self._clock
+
+    @property
+    def silences(self) -> tuple[Silence, ...]:
+        """The silences of the latest :meth:`advance` (or restored by :meth:`load`)."""
+        return self._silences
 
     def snapshot(self) -> dict[str, Any]:
         """Snapshots of the groups changed since the last call, keyed for the state table."""
@@ -354,6 +374,9 @@ class Lifecycle:
     def _reset(self) -> None:
         self._groups.clear()
         self._where.clear()
+        self._aside.clear()
+        self._aside_where.clear()
+        self._owns = None
         self._dirty.clear()
         self._episodes.clear()
         self._clock = self._now = None
@@ -381,8 +404,12 @@ class Lifecycle:
         Each record is applied at its event time, after every timer due by then: what those
         send waits in the lifecycle for the next :meth:`advance`.
         """
+        if self._aside:
+            self._adopt()
         for r in records:
             t = r.at.timestamp()
+            if self._aside:
+                self._take_over_for(r)  # before its timers are decided up to ``t``
             self._run_until(t)
             self._tick(t)
             self._now = t
@@ -426,6 +453,34 @@ class Lifecycle:
         self._where[a.fingerprint] = gid
         self._changed(g, a)
 
+    def _take_over_for(self, r: AlertRecord) -> None:
+        """A group set aside at :meth:`load` gets a record here: its route's events now
+        arrive at this process, which times the group from its stored state on."""
+        gid = self._aside_where.get(r.fingerprint)
+        if gid is None and r.state == "firing":
+            gid = group_id({k: r.labels.get(k, "") for k in self.config.group_by})
+        if gid is not None and gid in self._aside:
+            self._take_over(gid)
+
+    def _adopt(self) -> None:
+        """Take over the groups set aside whose routes are read here by now, records or
+        not: a route that moved with an episode resolving or a flush pending has timers
+        due all the same."""
+        owns = self._owns
+        if owns is None:
+            return
+        for gid in [gid for gid, g in self._aside.items() if all(owns(r) for r in g.routes())]:
+            self._take_over(gid)
+
+    def _take_over(self, gid: str) -> None:
+        g = self._aside.pop(gid)
+        for fp in g.alerts:
+            self._aside_where.pop(fp, None)
+            self._where[fp] = gid
+        self._groups[gid] = g
+        self._dirty.add(gid)
+        log.warning("alert group %s (%s) taken over from another process", gid, g.labels)
+
     def _on_resolved(self, r: AlertRecord, t: float, g: _Group, a: _Alert) -> None:
         skip = r.details.get("reason_resolved") == BASELINE_ACCEPTED
         if a.phase == "resolving":
@@ -463,6 +518,8 @@ class Lifecycle:
         if silences != self._silences:
             self._silences = silences
             self._silences_dirty = True
+        if self._aside:
+            self._adopt()
         if self._clock is None:
             return []                          # nothing seen, nothing can be due
         self._run_until(self._clock)

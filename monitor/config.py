@@ -91,6 +91,13 @@ class StoreConfig(_Frozen):
     retention_hour: Duration = 90 * 86400.0
     retention_day: Duration = 730 * 86400.0
 
+    def __repr_args__(self) -> Any:
+        # repr() and str() of a config end up in logs and tracebacks: never the password.
+        from monitor.store.db import redact_url
+
+        for name, value in super().__repr_args__():
+            yield name, redact_url(value) if name == "url" else value
+
 
 class IngestConfig(_Frozen):
     max_message_bytes: int = Field(1048576, ge=1024)
@@ -138,6 +145,7 @@ class DetectionConfig(_Frozen):
     contention_share: float = Field(0.05, gt=0, le=1)
     stale_after: Duration = 600.0
     inactive_window: Duration = 600.0
+    inactive_min_requests: int = Field(20, ge=1)  # a quiet route proves nothing
     idle_pair_resolve: Duration = 1800.0
 
 

@@ -11,6 +11,16 @@ Each detector flip becomes an alert record (alerts v1) stamped with the event ti
 deciding event. Records and dirty state snapshots leave through :meth:`drain` and
 :meth:`snapshot`, which the pipeline writes in the checkpoint transaction together with the
 rollups and offsets, so a restart resumes with exactly the state the stored offsets imply.
+
+**In a consumer group** (several daemons, one source, traffic keyed by route) a route is
+judged by the one process that reads its partition (``Route.partition`` in ``owned``): only
+that process feeds, sweeps, resets and writes it. :meth:`load` therefore keeps the routes
+of other partitions aside, out of the views, the sweeps and :meth:`recommendations`, and
+takes one over only when its events show up on a partition read here (the topic was
+repartitioned, or the producer does not key by route: a warning, since two processes may
+then write one route). Nothing of the shared engine key is read in a consumer group: the
+detection clock is the newest event of the routes judged here, and in ``wall`` mode the
+last sweep is this process's own.
 """
 
 from __future__ import annotations
@@ -169,6 +179,11 @@ class Detection:
         self.clock = clock
         self._routes: dict[str, Route] = {}
         self._segments: dict[str, Segment] = {}
+        # Stored routes (and their segments) of partitions another process reads: never
+        # judged nor shown here, only taken over if their events arrive here.
+        self._aside_routes: dict[str, Route] = {}
+        self._aside_segments: dict[str, Segment] = {}
+        self._moved_warned: set[str] = set()
         # raw event fields -> segment id: hashing a key once per segment, not per event
         self._segment_ids: dict[tuple[Any, ...], str] = {}
         self._dirty: set[str] = set()
@@ -182,21 +197,48 @@ class Detection:
     # -- state ---------------------------------------------------------------------------------
 
     def load(self, states: dict[str, Any]) -> None:
-        """Restore everything a previous run stored (all keys of this source)."""
-        self._routes.clear()
-        self._segments.clear()
+        """Restore what a previous run stored (all keys of this source): the routes of
+        ``owned`` partitions to judge, the others aside (set ``owned`` first)."""
+        self._clear()
         engine = states.get(ENGINE_KEY)
         if engine is not None:
             require_version(engine, "engine", 1)
-            self._max_ts = _ts_or_never(engine["max_ts"])
-            self._last_tick = _ts_or_never(engine["last_tick"])
+        segments: dict[str, Segment] = {}
         for key, data in states.items():
             if key.startswith(ROUTE_PREFIX):
                 route = Route.restore(data)
-                self._routes[route.name] = route
+                mine = self._judged_here(route)
+                (self._routes if mine else self._aside_routes)[route.name] = route
             elif key.startswith(SEGMENT_PREFIX):
-                self._segments[key[len(SEGMENT_PREFIX):]] = Segment.restore(data)
+                segments[key[len(SEGMENT_PREFIX):]] = Segment.restore(data)
+        for seg_id, seg in segments.items():
+            aside = seg.labels["route"] in self._aside_routes
+            (self._aside_segments if aside else self._segments)[seg_id] = seg
+        if self.owned is None and engine is not None:
+            self._max_ts = _ts_or_never(engine["max_ts"])
+        else:
+            # One clock per process: the newest event it judged, never a peer's.
+            self._max_ts = max((s.last_ts for s in self._segments.values()),
+                               default=float("-inf"))
+        if self.clock == "event" and engine is not None:
+            # Event-time sweeps resume on their minute grid; a wall-clock sweep is this
+            # process's own (the engine key is shared by every process of the source).
+            self._last_tick = _ts_or_never(engine["last_tick"])
         self.loaded = True
+
+    def _judged_here(self, route: Route) -> bool:
+        return (self.owned is None or route.partition is None
+                or route.partition in self.owned)
+
+    def _clear(self) -> None:
+        self._routes.clear()
+        self._segments.clear()
+        self._aside_routes.clear()
+        self._aside_segments.clear()
+        self._moved_warned.clear()
+        self._dirty.clear()
+        self._alerts.clear()
+        self._max_ts = self._last_tick = float("-inf")
 
     def snapshot(self) -> dict[str, Any]:
         """Snapshots of what changed since the last call, keyed for the state table."""
@@ -207,7 +249,9 @@ class Detection:
                 out[ROUTE_PREFIX + _key_id([name])] = self._routes[name].snapshot()
             elif kind == "segment" and name in self._segments:
                 out[SEGMENT_PREFIX + name] = self._segments[name].snapshot()
-        if self._dirty:
+        if self._dirty and self.clock == "event":
+            # Only event-time runs read it back (a replay is one process); live, every
+            # daemon of a consumer group would write this one row at every checkpoint.
             out[ENGINE_KEY] = {
                 "kind": "engine", "version": 1,
                 "max_ts": None if self._max_ts == float("-inf") else self._max_ts,
@@ -234,11 +278,7 @@ class Detection:
 
     def drop_all(self) -> None:
         """Forget everything in memory (after a fenced checkpoint); reload before use."""
-        self._routes.clear()
-        self._segments.clear()
-        self._dirty.clear()
-        self._alerts.clear()
-        self._max_ts = self._last_tick = float("-inf")
+        self._clear()
         self.loaded = False
 
     # -- feeding -------------------------------------------------------------------------------
@@ -252,7 +292,9 @@ class Detection:
             name = e.route
             route = routes.get(name)
             if route is None:
-                route = self._new_route(name)
+                route = self._take_over(name, partition) or self._new_route(name)
+            if route.partition != partition:
+                self._moved(route, partition)
             route.partition = partition
             dirty.add("route:" + name)
             self._route_rules(route, e)
@@ -306,9 +348,34 @@ class Detection:
     def owns_route(self, route_name: str) -> bool:
         """Whether this process judges ``route_name``: its events arrive on a partition it
         owns (a route it has never seen is its own until a peer's state says otherwise)."""
+        if route_name in self._aside_routes:
+            return False
         route = self._routes.get(route_name)
-        return (route is None or self.owned is None or route.partition is None
-                or route.partition in self.owned)
+        return route is None or self._judged_here(route)
+
+    def _take_over(self, name: str, partition: int) -> Route | None:
+        """A route stored as another partition's, whose events now arrive here: it goes on
+        from its stored state rather than from scratch."""
+        route = self._aside_routes.pop(name, None)
+        if route is None:
+            return None
+        for seg_id in route.segments:
+            seg = self._aside_segments.pop(seg_id, None)
+            if seg is not None:
+                self._segments[seg_id] = seg
+                if seg.last_ts > self._max_ts:
+                    self._max_ts = seg.last_ts
+        self._routes[name] = route
+        return route
+
+    def _moved(self, route: Route, partition: int) -> None:
+        if route.partition is not None and route.name not in self._moved_warned:
+            self._moved_warned.add(route.name)
+            log.warning(
+                "route %s: events on partition %d, stored as partition %d's. Traffic must be "
+                "keyed by route, and a topic repartitioned only once drained: until then two "
+                "consumers may judge (and write) this route", route.name, partition,
+                route.partition)
 
     def accept_baseline(self, route_name: str, now: float) -> bool:
         """An operator acknowledged a change on ``route_name``: every segment of the route
@@ -344,7 +411,8 @@ class Detection:
             name=name,
             metadata=MetadataRules(),
             staleness=StalenessMonitor(silence=cfg.stale_after),
-            inactivity=InactivityMonitor(window=cfg.inactive_window),
+            inactivity=InactivityMonitor(window=cfg.inactive_window,
+                                          min_requests=cfg.inactive_min_requests),
             contention=ContentionMonitor(threshold=cfg.contention_share),
         )
         self._routes[name] = route

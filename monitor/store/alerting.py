@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, and_, func, insert, or_, select, update
 
 from alerts.silences import Silence
-from monitor.store.leases import acquire_lease, release_lease
+from monitor.store.leases import acquire_lease, lease_state, release_lease
 from monitor.store.series_ids import dialect_insert
 from monitor.store.tables import (
     baseline_table,
@@ -104,6 +104,10 @@ class AlertingStore:
     def release_lease(self, sink: str, holder: str) -> None:
         release_lease(self.engine, f"sink:{sink}", holder)
 
+    def lease(self, sink: str) -> tuple[str, datetime] | None:
+        """Who holds (or last held) ``sink``'s queue, and until when."""
+        return lease_state(self.engine, f"sink:{sink}")
+
     # -- outbox ------------------------------------------------------------------------------
 
     def head(self, sink: str, limit: int = 20) -> list[OutboxRow]:
@@ -124,6 +128,15 @@ class AlertingStore:
 
     def mark_failed(self, row_id: int, *, attempts: int, progress: int, error: str) -> None:
         self._set(row_id, state=FAILED, attempts=attempts, progress=progress, last_error=error)
+
+    def keep_progress(self, row_id: int, progress: int) -> None:
+        """Record the requests of a pending row that a pass losing the lease got accepted;
+        only ever raised, so a holder that got further meanwhile keeps its count."""
+        c = outbox_table.c
+        with self.engine.begin() as conn:
+            conn.execute(update(outbox_table)
+                         .where(c.id == row_id, c.state == PENDING, c.progress < progress)
+                         .values(progress=progress))
 
     def _set(self, row_id: int, **values: Any) -> None:
         with self.engine.begin() as conn:

@@ -15,7 +15,7 @@ from sqlalchemy import Engine, delete, or_, select, update
 from monitor.store.series_ids import dialect_insert
 from monitor.store.tables import leases_table
 
-__all__ = ["acquire_lease", "lease_holder", "release_lease"]
+__all__ = ["acquire_lease", "lease_holder", "lease_state", "release_lease"]
 
 
 def acquire_lease(engine: Engine, name: str, holder: str, now: datetime, hold: float) -> bool:
@@ -50,3 +50,12 @@ def lease_holder(engine: Engine, name: str, now: datetime) -> str | None:
     with engine.connect() as conn:
         row = conn.execute(select(c.holder, c.expires_at).where(c.name == name)).first()
     return row.holder if row is not None and row.expires_at > now else None
+
+
+def lease_state(engine: Engine, name: str) -> tuple[str, datetime] | None:
+    """The stored holder of ``name`` and when its hold ends, expired or not (``None``: never
+    taken, or released)."""
+    c = leases_table.c
+    with engine.connect() as conn:
+        row = conn.execute(select(c.holder, c.expires_at).where(c.name == name)).first()
+    return None if row is None else (row.holder, row.expires_at)

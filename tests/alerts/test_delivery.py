@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -19,12 +20,14 @@ from alerts.delivery import BROKEN_RECHECK_S, DeliveryWorker
 from alerts.metrics import AlertMetrics
 from alerts.notification import AlertItem, Notification, episode_id
 from alerts.record import AlertRecord
+from alerts.sinks.base import Outcome
 from alerts.sinks.pagerduty import PagerDutySink
 from alerts.sinks.slack import SlackSink
+from alerts.sinks.webhook import WebhookSink
 from monitor.config import AlertingConfig, Config, PagerDutyConfig, SlackConfig
 from monitor.store.checkpoint import Checkpoint
 from monitor.store.store import Store
-from tests.alerts.receivers import PagerDutyReceiver, SlackReceiver
+from tests.alerts.receivers import PagerDutyReceiver, SlackReceiver, WebhookReceiver
 
 T0 = datetime(2026, 11, 2, 14, 0, tzinfo=UTC)
 PD_KEY = "R0UT1NGKEYR0UT1NGKEYR0UT1NGKEY42"  # 32 characters, as PagerDuty requires
@@ -251,3 +254,32 @@ def test_secrets_stay_out_of_logs_and_the_outbox(store: Store, caplog) -> None:
     for secret in (token, PD_KEY, slack.token_path):
         assert secret not in caplog.text
         assert secret not in errors
+
+
+def test_a_pass_that_lost_the_lease_leaves_the_rest_of_the_row_to_the_new_holder(
+    store: Store,
+) -> None:
+    clock = Clock()
+
+    class Stalled(WebhookSink):
+        """After its first request, the pass stalls past the lease and b takes it."""
+
+        def classify(self, status: int, headers: Mapping[str, str], body: bytes) -> Outcome:
+            if len(hook.requests) == 1:
+                clock.advance(31)
+                assert store.alerting.acquire_lease(  # b, wanting to deliver, takes it
+                    "webhook", "host-b:2", datetime.fromtimestamp(clock(), UTC), 30)
+            return super().classify(status, headers, body)
+
+    with WebhookReceiver() as hook:
+        a = worker(store, {"webhook": Stalled(hook.url)}, clock, holder="host-a:1")
+        b = worker(store, {"webhook": WebhookSink(hook.url)}, clock, holder="host-b:2")
+        enqueue(store, "webhook", note("g-1", item("acceptance_drop", "a"),
+                                       item("below_breakeven", "a")))
+        a.pump("webhook")
+        assert len(hook.requests) == 1
+        (row,) = store.alerting.outbox()
+        assert row.state == "pending" and row.progress == 1
+        assert b.pump("webhook") is None
+    assert [key for key, *_ in hook.deliveries] == ["g-1/0", "g-1/1"]
+    assert {r.state for r in store.alerting.outbox()} == {"delivered"}

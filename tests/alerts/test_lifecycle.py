@@ -869,3 +869,121 @@ def test_a_timer_that_would_not_move_on_cannot_hang_the_lifecycle(
     lc.update([rec("firing", 100, route="chat")])
     assert lc.advance(T0 + 200) == []
     assert "still due after deciding it" in caplog.text
+
+
+# -- a consumer group: each group timed by the process that reads its route ----------------------
+
+def _only(steps: Sequence[Step], routes: set[str]) -> list[Step]:
+    """What one member sees: its routes' records, and every advance of its clock."""
+    return [(kind, [r for r in arg if r.labels["route"] in routes] if kind == "update" else arg)
+            for kind, arg in steps]
+
+
+def _flat(per_step: Iterable[list[Notification]]) -> list[Notification]:
+    return [n for step in per_step for n in step]
+
+
+def _as_sent(ns: Iterable[Notification]) -> list[bytes]:
+    return sorted(orjson.dumps(n.to_json()) for n in ns)
+
+
+def test_a_process_that_does_not_own_a_route_never_notifies_for_it() -> None:
+    steps = long_script()
+    full = run(fresh(SCRIPT_CONFIG), steps)
+    cut = len(steps) // 3
+    store: dict[str, Any] = {}
+    run(fresh(SCRIPT_CONFIG), steps[:cut], store)
+    mine = Lifecycle(SCRIPT_CONFIG)
+    mine.load(dict(store), owns=lambda route: route == "batch-eu")
+    got = _flat(run(mine, _only(steps[cut:], {"batch-eu"})))
+    # The other routes' groups had timers due (flushes, holds ending): none fired here.
+    others = [n for n in _flat(full[cut:]) if n.group["route"] != "batch-eu"]
+    assert others and got
+    assert {n.group["route"] for n in got} == {"batch-eu"}
+    assert _as_sent(got) == _as_sent(n for n in _flat(full[cut:])
+                                     if n.group["route"] == "batch-eu")
+    assert {route for _, route, _ in mine.firing()} <= {"batch-eu"}
+
+
+@pytest.mark.parametrize("share", [0.2, 0.5, 0.8])
+def test_a_killed_members_groups_go_on_at_a_peer_as_in_one_process(share: float) -> None:
+    steps = long_script()
+    full = _flat(run(fresh(SCRIPT_CONFIG), steps))
+    routes_a, routes_b = {"code", "chat"}, {"batch-eu"}
+    store: dict[str, Any] = {}
+    a, b = Lifecycle(SCRIPT_CONFIG), Lifecycle(SCRIPT_CONFIG)
+    a.load({}, owns=routes_a.__contains__)
+    b.load({}, owns=routes_b.__contains__)
+    cut = int(len(steps) * share)
+    sent: list[Notification] = []
+    for step in steps[:cut]:  # each member checkpoints after every step
+        sent += _flat(run(a, _only([step], routes_a), store))
+        sent += _flat(run(b, _only([step], routes_b), store))
+    run(a, _only(steps[cut:cut + 1], routes_a))  # decided, never stored: a was killed
+    survivor = Lifecycle(SCRIPT_CONFIG)  # b after the rebalance, reloaded from the store
+    survivor.load(dict(store), owns=lambda route: True)
+    sent += _flat(run(survivor, steps[cut:], store))
+    assert {n.group["route"] for n in sent} == routes_a | routes_b
+    assert _as_sent(sent) == _as_sent(full)
+
+
+def test_a_group_set_aside_is_taken_over_when_a_record_of_its_route_arrives() -> None:
+    steps = long_script()
+    full = run(fresh(SCRIPT_CONFIG), steps)
+    cut = len(steps) // 2
+    assert any(r.labels["route"] == "code" for kind, arg in steps[cut:] if kind == "update"
+               for r in arg)
+    store: dict[str, Any] = {}
+    run(fresh(SCRIPT_CONFIG), steps[:cut], store)
+    moved = Lifecycle(SCRIPT_CONFIG)
+    # "code" was read elsewhere at the load; its events arrive here from now on
+    moved.load(dict(store), owns=lambda route: route != "code")
+    got = _flat(run(moved, steps[cut:], store))
+    assert _as_sent(got) == _as_sent(_flat(full[cut:]))
+    before = {n.key for n in _flat(full[:cut]) if n.group["route"] == "code"}
+    after = {n.key for n in got if n.group["route"] == "code"}
+    assert before and after and not before & after  # its sequence went on, no key reused
+
+
+def test_a_group_set_aside_goes_on_once_its_route_is_read_here_without_a_record() -> None:
+    # Fired and cleared before the move: only timers are left (the end of the hold, the
+    # flush of the resolve), and no record of the route comes to trigger a take-over.
+    records = [rec("firing", 0), rec("resolved", 20 * MIN)]
+    full = drive(fresh(cfg()), records, end=HOUR)
+    assert statuses(full) == [(30.0, "firing", False), (1800.0, "resolved", False)]
+    store: dict[str, Any] = {}
+    before = run(fresh(cfg()), [("update", records[:1]), ("advance", T0 + MIN),
+                                ("update", records[1:]), ("advance", T0 + 21 * MIN)], store)
+    assert statuses(_flat(before)) == statuses(full[:1])
+    read_here = {"code": False}
+    moved = Lifecycle(cfg())
+    moved.load(dict(store), owns=lambda route: read_here.get(route, True))
+    assert moved.advance(T0 + HOUR) == []  # another process reads "code": nothing timed here
+    read_here["code"] = True  # its partition (and so the route) came here, quietly
+    got = moved.advance(T0 + HOUR)
+    assert statuses(got) == statuses(full[1:])
+    assert [n.key for n in got] == [full[1].key]  # the stored sequence went on
+
+
+def test_alerting_keeps_the_stored_silences_until_the_daemon_has_read_them() -> None:
+    from alerts.alerting import Alerting
+    from monitor.config import AlertingConfig
+
+    config = AlertingConfig(lifecycle=cfg())
+    store: dict[str, Any] = {}
+    first = Alerting(config, ["log"])
+    first.load({})
+    first.silences = [silence(1, 0, 2 * HOUR)]
+    decision = first.decide([rec("firing", 0)], T0 + 60)
+    assert not decision.notifications
+    store.update(orjson.loads(orjson.dumps(decision.state)))
+    restarted = Alerting(config, ["log"])
+    restarted.load(store)
+    # Its first checkpoint comes before it read the silences: the stored one still holds.
+    assert not restarted.decide([rec("firing", 120, rule="below_breakeven")],
+                                T0 + 300).notifications
+    restarted.silences = []  # read now: an operator expired it meanwhile
+    assert not restarted.decide([], T0 + 400).notifications  # released at the clock, 400 s
+    # both episodes announced together after the group wait
+    assert statuses(restarted.decide([], T0 + 500).notifications) == [
+        (430.0, "firing", False), (430.0, "firing", False)]

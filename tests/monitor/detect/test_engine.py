@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from functools import cache
+from typing import Any
 
+import orjson
 import pytest
 
 from alerts.record import AlertRecord
@@ -151,3 +153,139 @@ def test_silence_is_judged_only_for_routes_of_owned_partitions() -> None:
     detection.tick(events[-1].ts + 3 * 3600)
     stale = {a.labels["route"] for a in detection.drain() if a.rule == "telemetry_stale"}
     assert stale == {"code-assistant", "creative-writing", "summarize", "translation"}
+
+
+# -- a consumer group: each route judged by the process that reads its partition -----------------
+
+PARTITION_OF = {"chat": 1, "translation": 1}  # the other routes arrive on partition 0
+
+
+@cache
+def _traffic() -> tuple[Any, ...]:
+    cfg = scenario_config("quiet", duration_s=4 * 3600, rate=RATE, seed=9,
+                          start="2026-11-02T00:00:00Z").add_incidents([
+        "tokenizer_swap:route=translation,at=1h,for=2h",
+        "eviction:route=chat,at=1h,for=2h,share=0.5,slowdown=3",
+        "eviction:route=code-assistant,at=90m,for=1h,share=0.5,slowdown=3",
+    ])
+    return tuple(event_from_obj(o) for o in Simulator(cfg).events())
+
+
+def _group_traffic() -> list[Any]:
+    return list(_traffic())
+
+
+def _partition(e: Any) -> int:
+    return PARTITION_OF.get(e.route, 0)
+
+
+class _Member:
+    """One daemon's detection, checkpointing into a shared dict every ``every`` events."""
+
+    def __init__(self, store: dict[str, Any], owned: set[int]) -> None:
+        self.store = store
+        self.detection = Detection(DetectionConfig(), clock="wall")
+        self.detection.owned = owned
+        self.detection.load(dict(store))
+        self.committed: list[AlertRecord] = []
+
+    def feed(self, events: list[Any]) -> None:
+        for e in events:
+            self.detection.observe(_partition(e), [e])
+
+    def checkpoint(self) -> None:
+        self.store.update(orjson.loads(orjson.dumps(self.detection.snapshot())))
+        self.committed += self.detection.drain()
+
+
+def _key(a: AlertRecord) -> tuple[str, str, str]:
+    return (a.at.isoformat(), a.fingerprint, a.state)
+
+
+def test_routes_of_other_partitions_are_kept_aside_and_never_judged_here() -> None:
+    events = _group_traffic()
+    store: dict[str, Any] = {}
+    one = _Member(store, {0, 1})
+    one.feed(events[: len(events) // 2])
+    one.checkpoint()
+    chat_only = Detection(DetectionConfig(), clock="wall")
+    chat_only.owned = {1}
+    chat_only.load(store)
+    assert {r["labels"]["route"] for r in chat_only.recommendations()} == {"chat", "translation"}
+    assert chat_only.owns_route("chat") and chat_only.owns_route("translation")
+    assert not chat_only.owns_route("code-assistant") and not chat_only.owns_route("summarize")
+    assert chat_only.owns_route("a-route-nobody-has-seen")
+    # Its clock is the newest event of its own routes, not the peer's newest.
+    own_newest = max(e.ts for e in events[: len(events) // 2] if _partition(e) == 1)
+    assert chat_only.now == own_newest
+    # A sweep long after the traffic judges silence on its own routes only.
+    chat_only.tick(events[-1].ts + 3 * 3600)
+    stale = {a.labels["route"] for a in chat_only.drain() if a.rule == "telemetry_stale"}
+    assert stale == {"chat", "translation"}
+    assert not chat_only.accept_baseline("code-assistant", chat_only.now)
+    assert {k for k in chat_only.snapshot() if "segment" in k} <= {
+        k for k in store if "segment" in k}  # it wrote nothing of the routes it sets aside
+    assert all(s["labels"]["route"] in ("chat", "translation")
+               for k, s in chat_only.snapshot().items() if k.startswith("detect/segment/"))
+
+
+@pytest.mark.parametrize("cut_share", [0.35, 0.6])
+def test_a_killed_members_routes_go_on_at_a_peer_exactly_as_in_one_process(
+    cut_share: float,
+) -> None:
+    events = _group_traffic()
+    whole = Detection(DetectionConfig(), clock="wall")
+    whole.load({})
+    for e in events:
+        whole.observe(_partition(e), [e])
+    expected_alerts = sorted(whole.drain(), key=_key)
+    expected_state = orjson.loads(orjson.dumps(whole.snapshot()))
+
+    store: dict[str, Any] = {}
+    a, b = _Member(store, {0}), _Member(store, {1})
+    cut = int(len(events) * cut_share)
+    step = 250
+    for start in range(0, cut, step):
+        chunk = events[start:min(start + step, cut)]
+        a.feed([e for e in chunk if _partition(e) == 0])
+        b.feed([e for e in chunk if _partition(e) == 1])
+        a.checkpoint()
+        b.checkpoint()
+    # a reads on past its last checkpoint, then is killed: that stretch is lost with it
+    lost = events[cut:cut + step]
+    a.feed([e for e in lost if _partition(e) == 0])
+    b.feed([e for e in lost if _partition(e) == 1])
+    b.checkpoint()  # the revoke at the rebalance
+    survivor = _Member(store, {0, 1})  # b after the reassignment: reloaded from the store
+    # partition 0 is read again from a's last stored offset; partition 1 from b's
+    survivor.feed([e for e in lost if _partition(e) == 0])
+    survivor.feed(events[cut + step:])
+    survivor.checkpoint()
+
+    got = sorted(a.committed + b.committed + survivor.committed, key=_key)
+    assert [a.rule for a in got if a.state == "firing"], "the traffic must raise alerts"
+    assert [x.to_json() for x in got] == [x.to_json() for x in expected_alerts]
+    assert store == expected_state  # every route's and segment's detector state
+
+
+def test_a_route_that_moved_partition_goes_on_from_its_stored_state(caplog) -> None:
+    events = _group_traffic()
+    swap = next(e.ts for e in events if e.route == "translation"
+                and e.draft_tokenizer != e.target_tokenizer)
+    store: dict[str, Any] = {}
+    before = _Member(store, {0, 1})
+    before.feed([e for e in events if e.ts < swap + 600])
+    before.checkpoint()
+    assert any(x.rule == "tokenizer_mismatch" and x.state == "firing" for x in before.committed)
+
+    other = Detection(DetectionConfig(), clock="wall")
+    other.owned = {2}  # translation now arrives on partition 2 (a repartitioned topic)
+    other.load(store)
+    assert not other.owns_route("translation")
+    with caplog.at_level("WARNING", logger="monitor.detect.engine"):
+        other.observe(2, [e for e in events if e.ts >= swap + 600 and e.route == "translation"])
+    assert other.owns_route("translation")
+    records = [(x.rule, x.state) for x in other.drain() if x.rule == "tokenizer_mismatch"]
+    # The episode that was firing goes on: resolved once, never announced a second time.
+    assert records == [("tokenizer_mismatch", "resolved")]
+    assert any("translation" in r.message and "partition 2" in r.message for r in caplog.records)
