@@ -376,7 +376,10 @@ class InactivityMonitor:
         self.changed = False
 
     def update(self, event: Event) -> None:
-        """Count one request."""
+        """Count one request (a failed one says nothing about drafting: it is skipped)."""
+        if event.status != "ok":
+            self.changed = False
+            return
         self.observe(event.drafted_tokens, event.draft_model is not None, event.ts)
 
     def observe(self, drafted: int, has_draft_model: bool, ts: float) -> None:

@@ -236,3 +236,22 @@ def test_bad_versions_raise(cls) -> None:
         cls.restore({**snap, "version": 99})
     with pytest.raises(StateVersionError):
         cls.restore({**snap, "kind": "other"})
+
+
+def test_failed_requests_never_make_a_route_look_inactive() -> None:
+    # A proxy reports an engine outage as failed requests with a draft and nothing drafted;
+    # that is an error spike, not a draft model that stopped drafting.
+    def event(i: int, drafted: int, status: str = "ok") -> Event:
+        return Event(f"r{i}", 10.0 * i, "chat", status, "t", "1", "tok", 10, 50.0,
+                     draft_model="d", has_spec=status == "ok", num_speculative_tokens=4,
+                     drafted_tokens=drafted)
+
+    m = InactivityMonitor(window=600, min_requests=20)
+    for i in range(30):
+        m.update(event(i, drafted=8))
+    for i in range(30, 200):
+        m.update(event(i, drafted=0, status="error"))
+        assert not m.changed and not m.firing
+    for i in range(200, 300):  # the same stretch with successful requests does fire
+        m.update(event(i, drafted=0))
+    assert m.firing
