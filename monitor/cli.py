@@ -270,6 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     from monitor.adapters.cli import register as register_adapt
     from monitor.api.cli import register as register_api
     from monitor.cli_alerting import register as register_alerting
+    from monitor.proxy.cli import register as register_proxy
     from monitor.report.cli import register as register_report
     from monitor.simulate.cli import register
     from monitor.sources.scrape_cli import register as register_scrape
@@ -280,6 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_scrape(sub, with_config, _config)
     register_report(sub, with_config, _config)
     register_api(sub, with_config, _config)
+    register_proxy(sub, with_config, _config)
     return parser
 
 
