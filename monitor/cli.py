@@ -102,6 +102,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from monitor.detect.engine import Detection
     from monitor.detect.report import recommendation_lines
     from monitor.metrics import IngestMetrics
+    from monitor.aggregate.guard import CardinalityGuard
     from monitor.pipeline import Pipeline
     from monitor.sources.replay import replay
     from monitor.store.db import upgrade
@@ -121,10 +122,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     alert_metrics = AlertMetrics(registry, sinks)
     alerting = (Alerting(config.alerting, sinks, alert_metrics, deliver=args.deliver)
                 if detection is not None else None)
+    guard = CardinalityGuard(store, config.ingest.max_series_per_route,
+                             config.ingest.max_series, registry)
     pipeline = Pipeline(
         store, args.source_id, config.ingest, IngestMetrics(registry), dead_letter,
         observer=detection, on_alerts=[alerts_out.write] if alerts_out else None,
-        alerting=alerting,
+        alerting=alerting, guard=guard,
     )
     started = time.monotonic()
     try:

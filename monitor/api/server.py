@@ -214,6 +214,8 @@ class ApiServer:
             access_log=self.access_log, timeout_graceful_shutdown=5,
             log_config=None,  # the process's logging stays as it is; uvicorn's logs propagate
             server_header=False,  # no "server: uvicorn": nothing to fingerprint for free
+            # h11 bounds a request head (httptools, if installed for the proxy, does not).
+            http="h11",
         )
         done = threading.Event()
         self._server = _Server(config, done)

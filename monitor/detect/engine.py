@@ -36,6 +36,7 @@ from typing import Any
 import orjson
 
 from alerts.record import AlertRecord, fingerprint
+from monitor.aggregate.guard import OVERFLOW
 from monitor.config import DetectionConfig
 from monitor.detect.acceptance import AcceptanceDetector, make_detector, restore_detector
 from monitor.detect.activity import ContentionMonitor, InactivityMonitor, StalenessMonitor
@@ -290,6 +291,8 @@ class Detection:
         dirty = self._dirty
         for e in events:
             name = e.route
+            if name == OVERFLOW:
+                continue  # routes over the cardinality cap, mixed: nothing to judge
             route = routes.get(name)
             if route is None:
                 route = self._take_over(name, partition) or self._new_route(name)
@@ -298,6 +301,11 @@ class Detection:
             route.partition = partition
             dirty.add("route:" + name)
             self._route_rules(route, e)
+            if e.target_model == OVERFLOW:
+                # Pairs over the route's cap share one series: a change there may only be a
+                # change in the mix. The route's own rules above still see every request.
+                self._advance(e.ts)
+                continue
             t = e.temperature
             parts = (name, e.target_model, e.target_revision, e.target_tokenizer,
                      e.draft_model, e.draft_revision, e.draft_tokenizer, e.method,
@@ -316,9 +324,13 @@ class Detection:
                 segment.last_ts = ts
             self._segment_rules(segment, e)
             if ts > self._max_ts:
-                self._max_ts = ts
-                if self.clock == "event" and ts - self._last_tick >= TICK_EVERY:
-                    self.tick(ts)
+                self._advance(ts)
+
+    def _advance(self, ts: float) -> None:
+        if ts > self._max_ts:
+            self._max_ts = ts
+            if self.clock == "event" and ts - self._last_tick >= TICK_EVERY:
+                self.tick(ts)
 
     def tick(self, now: float) -> None:
         """Sweep for silence and for pairs a route has left behind."""

@@ -289,3 +289,24 @@ def test_a_route_that_moved_partition_goes_on_from_its_stored_state(caplog) -> N
     # The episode that was firing goes on: resolved once, never announced a second time.
     assert records == [("tokenizer_mismatch", "resolved")]
     assert any("translation" in r.message and "partition 2" in r.message for r in caplog.records)
+
+
+def test_overflow_series_are_counted_but_never_judged() -> None:
+    # The cardinality guard folds pairs over a route's cap into one series of the route and
+    # routes over the total cap into one route: those mix pairs, so no segment detector runs
+    # on them, while the route's own rules still see every request.
+    from monitor.aggregate.guard import OVERFLOW
+    from monitor.config import DetectionConfig
+    from monitor.detect.engine import Detection
+    from monitor.telemetry.event import Event
+
+    det = Detection(DetectionConfig())
+    pair = dict(draft_model=OVERFLOW, draft_revision=OVERFLOW, draft_tokenizer=OVERFLOW,
+                has_spec=True, num_speculative_tokens=0, drafted_tokens=8, accepted_tokens=2)
+    det.observe(0, [Event(f"o{i}", 1000.0 + i, "code", "ok", OVERFLOW, OVERFLOW, OVERFLOW,
+                          10, 50.0, **pair) for i in range(50)])
+    det.observe(0, [Event(f"x{i}", 1100.0 + i, OVERFLOW, "ok", OVERFLOW, OVERFLOW, OVERFLOW,
+                          10, 50.0, **pair) for i in range(50)])
+    assert det.owns_route("code") and OVERFLOW not in det._routes
+    assert det._segments == {}
+    assert det.now == 1049.0
