@@ -98,11 +98,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from alerts.metrics import AlertMetrics
     from alerts.outfile import AlertsFile
     from alerts.sinks import build_sinks
+    from monitor.aggregate.guard import CardinalityGuard
     from monitor.deadletter import CountingDeadLetter, FileDeadLetter
     from monitor.detect.engine import Detection
     from monitor.detect.report import recommendation_lines
     from monitor.metrics import IngestMetrics
-    from monitor.aggregate.guard import CardinalityGuard
     from monitor.pipeline import Pipeline
     from monitor.sources.replay import replay
     from monitor.store.db import upgrade
