@@ -17,16 +17,18 @@ from typing import Any
 
 from kafka import KafkaProducer
 from prometheus_client import CollectorRegistry
+from sqlalchemy.exc import SQLAlchemyError
 
 from alerts.alerting import Alerting
 from alerts.delivery import DeliveryWorker, default_holder
 from alerts.metrics import AlertMetrics
 from alerts.sinks import build_sinks
+from monitor.aggregate.guard import CardinalityGuard
 from monitor.api.app import create_app
 from monitor.api.auth import token_from_env
 from monitor.api.routes_view import routes_from_detection, store_routes_view
 from monitor.api.server import ApiServer, require_token
-from monitor.config import Config
+from monitor.config import Config, KafkaConfig
 from monitor.deadletter import KafkaDeadLetter
 from monitor.detect.engine import Detection
 from monitor.exposition import DetectionCollector, DetectionView, RollupCounters, snapshot_view
@@ -36,12 +38,34 @@ from monitor.pipeline import Pipeline
 from monitor.sources.kafka import KafkaSource, source_id
 from monitor.sources.topics import ensure_topics
 from monitor.store.checkpoint import Checkpoint
+from monitor.store.exceptions import StoreError
 from monitor.store.store import Store
 
 log = logging.getLogger(__name__)
 
 CONTROL_EVERY_S = 5.0  # how soon a silence or a baseline request takes effect
 ROUTES_EVERY_S = 5.0  # how fresh /api/v1/routes is (it evaluates every segment)
+
+
+def dead_letter_producer(kafka: KafkaConfig, **overrides: Any) -> KafkaProducer:
+    """The dead-letter topic's producer (``overrides``: shorter timeouts for tests)."""
+    settings: dict[str, Any] = {
+        "bootstrap_servers": kafka.bootstrap_servers,
+        "client_id": f"{kafka.client_id}-dlq",
+        "acks": "all",
+        "linger_ms": 50,
+        "max_request_size": max(1048576, kafka.dead_letter_max_bytes * 4),
+        # Bounded waits while the broker is away: a send gives up after max_block_ms, a
+        # record after delivery_timeout_ms; the checkpoint then fails and is tried again.
+        "max_block_ms": 10_000,
+        "request_timeout_ms": 10_000,
+        "delivery_timeout_ms": 30_000,
+        # kafka-python 3.0's idempotent producer can stay stuck after a batch expired in an
+        # outage (it resets its producer id and then never sends again: measured here). The
+        # dead-letter topic is at-least-once anyway, so idempotence buys nothing.
+        "enable_idempotence": False,
+    }
+    return KafkaProducer(**{**settings, **overrides})
 
 
 class Application:
@@ -73,13 +97,7 @@ class Application:
             ensure_topics(
                 kafka.bootstrap_servers, [kafka.topic, kafka.dead_letter_topic], kafka.partitions
             )
-        self._producer = KafkaProducer(
-            bootstrap_servers=kafka.bootstrap_servers,
-            client_id=f"{kafka.client_id}-dlq",
-            acks="all",
-            linger_ms=50,
-            max_request_size=max(1048576, kafka.dead_letter_max_bytes * 4),
-        )
+        self._producer = dead_letter_producer(kafka)
         dead_letter = KafkaDeadLetter(
             self._producer, kafka.dead_letter_topic, kafka.dead_letter_max_bytes
         )
@@ -104,12 +122,17 @@ class Application:
         self.detection_view: DetectionView | None = None
         self.registry.register(DetectionCollector(lambda: self.detection_view,
                                                   config.exposition.max_series))
+        # Series per route and in total are capped: hostile or runaway labels cannot grow
+        # the tables, the detectors or /metrics without bound.
+        self.guard = CardinalityGuard(self.store, config.ingest.max_series_per_route,
+                                      config.ingest.max_series, self.registry)
         self.pipeline = Pipeline(
             self.store, source_id(kafka), config.ingest, self.metrics, dead_letter,
             observer=self.detection, alerting=self.alerting, on_outbox=[self.delivery.wake],
             on_commit=[self.rollup_counters.observe, self._publish_view], holder=holder,
+            guard=self.guard,
         )
-        self.source = KafkaSource(kafka, self.pipeline)
+        self.source = KafkaSource(kafka, self.pipeline, probe=self.store.ping)
         self._stop = threading.Event()
         # Set by the scheduler's staleness job; only this thread touches detection.
         self._tick_due = threading.Event()
@@ -146,7 +169,10 @@ class Application:
             while not self._stop.is_set():
                 self.source.poll_once()
                 self._partitions = self.pipeline.partitions  # rebalances happen in poll
-                self._maybe_control()
+                try:
+                    self._maybe_control()
+                except (StoreError, SQLAlchemyError) as e:  # tried again next interval
+                    log.warning("operator actions not read: %s", e)
                 self._maybe_tick()
         finally:
             self.close()
@@ -162,7 +188,10 @@ class Application:
             self.source.close()
         finally:
             self.delivery.stop()
-            self._producer.close(timeout=5)
+            try:
+                self._producer.close(timeout=5)
+            except Exception as e:  # broker away: what is unsent was never checkpointed
+                log.warning("dead-letter producer closed with records unsent: %s", e)
             self.store.close()
 
     def _maybe_tick(self) -> None:
@@ -180,11 +209,30 @@ class Application:
         """For ``/readyz`` (read from the API thread: plain values only)."""
         partitions = self._partitions  # not pipeline.partitions: its dict changes on poll
         loaded = self.detection is None or self.detection.loaded
+        broker_up = self.source.broker_up()
+        store_up = self.source.store_up
+        paused = self.source.in_outage
+        reasons = []
+        if not broker_up:
+            reasons.append(f"broker unreachable (no answer for "
+                           f"{self.source.broker_silence_s:.0f}s or more)")
+        if not store_up:
+            reasons.append("store unavailable: checkpoints stopped, ingestion paused")
+        elif paused:
+            reasons.append("dead-letter topic unavailable: ingestion paused")
+        if not partitions:
+            reasons.append("no partition assigned yet")
+        if not loaded:
+            reasons.append("detection state not loaded yet")
         return {
-            "ready": bool(partitions) and loaded,
+            "ready": not reasons,
+            "reason": "; ".join(reasons) or None,
             "partitions": partitions,
             "caught_up": self._caught_up,
             "detection_loaded": loaded,
+            "broker": "up" if broker_up else "down",
+            "store": "up" if store_up else "down",
+            "ingest_paused": paused,
         }
 
     def _publish_view(self, cp: Checkpoint | None = None) -> None:

@@ -11,7 +11,17 @@ from typing import IO, Any, Protocol
 
 import orjson
 
+from monitor.exceptions import SpecwatchError
 from monitor.telemetry.event import Rejection
+
+FLUSH_TIMEOUT_S = 30.0
+
+
+class DeadLetterUnavailableError(SpecwatchError):
+    """The dead-letter destination did not take records (the broker is unreachable, say).
+
+    The checkpoint that needed them durable is not written: the stretch is read again.
+    """
 
 
 def dead_letter_record(
@@ -93,27 +103,46 @@ class CountingDeadLetter:
 class KafkaDeadLetter:
     """Produces records to the dead-letter topic; ``flush()`` before offsets are stored.
 
-    Delivery is at-least-once: a crash between the flush and the checkpoint re-sends the
-    rejections of the uncommitted stretch.
+    Delivery is at-least-once: a crash, or a checkpoint that fails, between the flush and
+    the commit re-sends the rejections of the uncommitted stretch. ``flush()`` raises
+    :class:`DeadLetterUnavailableError` unless every record sent since the last flush was
+    acknowledged within ``flush_timeout`` seconds, so offsets never pass a lost rejection.
     """
 
-    def __init__(self, producer: Any, topic: str, max_raw_bytes: int) -> None:
+    def __init__(self, producer: Any, topic: str, max_raw_bytes: int,
+                 flush_timeout: float = FLUSH_TIMEOUT_S) -> None:
         self.producer = producer
         self.topic = topic
         self.max_raw_bytes = max_raw_bytes
+        self.flush_timeout = flush_timeout
         self.count = 0
+        self._sent: list[Any] = []  # futures since the last flush
 
     def send(self, rejection: Rejection, origin: dict[str, Any]) -> None:
         record = dead_letter_record(rejection, origin, self.max_raw_bytes)
         key = origin.get("key")
-        self.producer.send(
-            self.topic, key=key.encode("utf-8") if key is not None else None,
-            value=orjson.dumps(record),
-        )
+        try:
+            self._sent.append(self.producer.send(
+                self.topic, key=key.encode("utf-8") if key is not None else None,
+                value=orjson.dumps(record),
+            ))
+        except Exception as e:  # kafka-python: no metadata or buffer within max_block_ms
+            raise DeadLetterUnavailableError(f"dead letter not sent to {self.topic}: {e}") from e
         self.count += 1
 
     def flush(self) -> None:
-        self.producer.flush()
+        sent, self._sent = self._sent, []
+        try:
+            self.producer.flush(timeout=self.flush_timeout)
+        except Exception as e:
+            raise DeadLetterUnavailableError(
+                f"dead letters not flushed to {self.topic} in {self.flush_timeout:g}s: {e}"
+            ) from e
+        failed = [f for f in sent if f.failed()]
+        if failed:
+            raise DeadLetterUnavailableError(
+                f"{len(failed)} dead letters not taken by {self.topic}: {failed[0].exception}"
+            ) from failed[0].exception
 
     def close(self) -> None:
         self.producer.flush()

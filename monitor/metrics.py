@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
@@ -67,3 +69,40 @@ class IngestMetrics:
             "specwatch_assigned_partitions", "Source partitions owned by this process.",
             registry=registry,
         )
+        self.store_up = Gauge(
+            "specwatch_store_up",
+            "1 while checkpoints reach the store; 0 from a connection-class store failure "
+            "until the store answers again (ingestion is paused meanwhile).",
+            registry=registry,
+        )
+        self.store_up.set(1)  # the store was reached at start (it was checked migrated)
+        self.store_errors = Counter(
+            "specwatch_store_errors",
+            "Connection-class store failures (refused, reset, timed out, server gone) met by "
+            "the ingest pipeline's checkpoints, loads and recovery probes.",
+            registry=registry,
+        )
+        self.dead_letter_errors = Counter(
+            "specwatch_dead_letter_errors",
+            "Checkpoints abandoned because the dead-letter destination did not take "
+            "their records (the stretch is read again).",
+            registry=registry,
+        )
+        self.ingest_paused = Gauge(
+            "specwatch_ingest_paused",
+            "1 while fetching is paused because a checkpoint could not be made durable "
+            "(store or dead-letter topic unavailable): backpressure.",
+            registry=registry,
+        )
+        self.broker_up: Gauge | None = None
+
+    def watch_broker(self, up: Callable[[], bool]) -> None:
+        """Export ``specwatch_broker_up``, evaluated at each scrape (sources with a broker)."""
+        if self.broker_up is None:
+            self.broker_up = Gauge(
+                "specwatch_broker_up",
+                "1 while the Kafka broker answered this process recently; 0 when no "
+                "connection to it is open or none has answered for a while.",
+                registry=self.registry,
+            )
+        self.broker_up.set_function(lambda: 1.0 if up() else 0.0)

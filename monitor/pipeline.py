@@ -191,9 +191,27 @@ class Pipeline:
     # -- partition ownership -------------------------------------------------------------
 
     def assign(self, partitions: Iterable[int]) -> dict[int, int | None]:
-        """Load the stored state of newly owned partitions; returns where to resume each."""
+        """Load the stored state of newly owned partitions; returns where to resume each
+        (every partition held afterwards: the caller seeks them all).
+
+        Detection and alert state is reloaded whole whenever partitions are added: the
+        routes judged here change, and peers may have written any route since the last
+        load (eager rebalancing dropped it all at the revoke; a process that held no
+        partition, or an incremental assignment, still holds what it loaded then).
+        """
+        partitions = list(partitions)
         new = [p for p in partitions if p not in self._partitions]
         observer = self.observer
+        if observer is not None and new and observer.loaded:
+            kept = list(self._partitions)
+            # Store what the kept partitions decided, so that the reload includes it; if
+            # that is fenced, drop_all() let them go too and they reload as well.
+            if kept and not self.checkpoint():
+                new = [*new, *(p for p in kept if p not in new)]
+            observer.drop_all()
+            if self.alerting is not None:
+                self.alerting.drop_all()
+            self._applied_baselines.clear()
         if observer is not None:
             observer.owned = {*self._partitions, *new}
             if not observer.loaded:
@@ -208,6 +226,10 @@ class Pipeline:
             for p in new:
                 state = states.get(p) or PartitionState()
                 self._partitions[p] = PartitionTracker.from_state(state, self._horizon)
+            if self.guard is not None and not self._pending:
+                # Series peers committed count against the caps too; a store outage here is
+                # handled where every assignment's is (the source), not mid-message.
+                self.guard.load()
         self.metrics.assigned_partitions.set(len(self._partitions))
         return {p: t.next_offset for p, t in self._partitions.items()}
 
@@ -215,9 +237,9 @@ class Pipeline:
         """Checkpoint what we have, then forget the partitions."""
         gone = [p for p in partitions if p in self._partitions]
         if gone:
-            self.checkpoint()
+            self.checkpoint()  # when fenced, drop_all() already let everything go
             for p in gone:
-                del self._partitions[p]
+                self._partitions.pop(p, None)
             if self.observer is not None:
                 # Routes may move to another consumer, and others may arrive with state a
                 # peer wrote meanwhile: everything reloads from the store on the next assign.

@@ -3,24 +3,49 @@
 Offsets live in the store, written in the same transaction as the rollups they produced.
 On assignment the consumer seeks to them, so Kafka's own committed offsets are advisory
 (kept for lag tooling) and a crash at any moment replays exactly the uncommitted stretch.
+
+Outages. When a checkpoint cannot be made durable (the store is unreachable:
+``StoreUnavailableError``; or the dead-letter topic does not take the rejections:
+``DeadLetterUnavailableError``) the source does what a crash would, without the crash: the
+pipeline drops everything uncommitted, and every owned partition is paused (the
+backpressure: nothing more is fetched, memory stays bounded) while ``poll()`` goes on, so the
+group membership stays alive. The store is probed with capped exponential backoff; once it
+answers, every owned partition is reloaded from it and sought back to its stored offset, and
+fetching resumes. Offsets move only in the transaction that holds the data, so nothing is
+lost; the stretch read again meets the stored dedup state, so nothing is counted twice. A
+commit that landed although the client saw it fail (the ambiguous commit) is covered by the
+same reload.
+
+Broker outages need no action here: kafka-python reconnects and the group rejoins on its own
+(a rejoin revokes and re-assigns, which reloads from the store). :meth:`KafkaSource.broker_up`
+reports whether a broker answered recently, for ``/readyz`` and ``specwatch_broker_up``.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 
 from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from monitor.config import KafkaConfig
+from monitor.deadletter import DeadLetterUnavailableError
 from monitor.pipeline import Pipeline
+from monitor.store.exceptions import StoreUnavailableError
 
 log = logging.getLogger(__name__)
 
 
 IDLE_POLLS = 3  # empty polls in a row that mean nothing is left to read
+PROBE_MIN_S = 0.5  # first wait before probing an unavailable store; doubles up to the max
+PROBE_MAX_S = 10.0
+BROKER_SILENCE_MIN_S = 5.0  # the broker counts as down after this long without an answer
+
+# What makes a checkpoint impossible for now; anything else is a bug and propagates.
+OUTAGES = (StoreUnavailableError, DeadLetterUnavailableError)
 
 
 def source_id(config: KafkaConfig) -> str:
@@ -34,12 +59,34 @@ class _Rebalance(ConsumerRebalanceListener):
 
     def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
         # Runs inside poll(): a bounded checkpoint of what we have, then let go.
-        self.source.pipeline.revoke(tp.partition for tp in revoked)
+        try:
+            self.source.pipeline.revoke(tp.partition for tp in revoked)
+        except OUTAGES as e:
+            # Not raised into kafka-python (it would fail the whole poll): the outage state
+            # takes over, and the stretch goes to whoever owns the partitions next.
+            self.source.outage(e)
         log.info("partitions revoked: %s", sorted(tp.partition for tp in revoked))
 
     def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        self.source.resume(assigned)
+        source = self.source
+        if source.in_outage:
+            source.pause_all()  # the recovery probe reloads them with the others
+        else:
+            try:
+                source.resume(assigned)
+            except OUTAGES as e:
+                source.outage(e)
         log.info("partitions assigned: %s", sorted(tp.partition for tp in assigned))
+
+
+class _Outage:
+    """Backoff state while checkpoints are impossible."""
+
+    def __init__(self, cause: Exception, now: float, delay: float) -> None:
+        self.cause = cause
+        self.since = now
+        self.delay = delay
+        self.next_probe = now + delay
 
 
 class KafkaSource:
@@ -51,9 +98,23 @@ class KafkaSource:
         pipeline: Pipeline,
         *,
         consumer_factory: Callable[..., KafkaConsumer] = KafkaConsumer,
+        probe: Callable[[], None] | None = None,
+        probe_backoff: tuple[float, float] = (PROBE_MIN_S, PROBE_MAX_S),
     ) -> None:
+        """``probe`` checks that the store answers (``Store.ping``) when no partition is
+        owned; with partitions, reloading them is the probe."""
         self.config = config
         self.pipeline = pipeline
+        self._probe = probe
+        self.probe_backoff = probe_backoff
+        self._outage: _Outage | None = None
+        # Partitions without a stored offset: the first offset read since, where a re-read
+        # after a failed checkpoint starts (the consumer's position is past it by then).
+        self._first_read: dict[int, int] = {}
+        # Heartbeats and fetch long-polls answer at least this often while the broker lives.
+        self.broker_silence_s = max(BROKER_SILENCE_MIN_S,
+                                    3 * config.heartbeat_interval_ms / 1000)
+        self._broker_up = False
         self.consumer = consumer_factory(
             bootstrap_servers=config.bootstrap_servers,
             group_id=config.group_id,
@@ -69,34 +130,131 @@ class KafkaSource:
         )
         self.consumer.subscribe([config.topic], listener=_Rebalance(self))
         self._empty_polls = 0
+        pipeline.metrics.watch_broker(self.broker_up)
 
-    def resume(self, assigned: set[TopicPartition] | list[TopicPartition]) -> None:
+    def resume(self, assigned: Iterable[TopicPartition]) -> None:
         """Load stored state for ``assigned`` and seek each partition to its stored offset."""
         by_partition = {tp.partition: tp for tp in assigned}
         resume = self.pipeline.assign(by_partition)
         for p, tp in by_partition.items():
             offset = resume.get(p)
+            if offset is None:
+                offset = self._first_read.get(p)
             if offset is not None:
                 self.consumer.seek(tp, offset)
 
     def poll_once(self, timeout_ms: int = 200) -> int:
         """One poll: process what arrived and checkpoint when due. Returns records read."""
+        if self._outage is not None:
+            self._poll_paused(timeout_ms)
+            return 0
         batch = self.consumer.poll(timeout_ms=timeout_ms)
+        if self._outage is not None:  # a rebalance inside poll() met the outage
+            return 0
         pipeline = self.pipeline
         owned = set(pipeline.partitions)
         n = 0
-        for tp, records in batch.items():
-            p = tp.partition
-            if p not in owned:
-                continue  # revoked while the fetch was in flight
-            process = pipeline.process
-            for r in records:
-                process(p, r.offset, r.value, r.key)
-            n += len(records)
+        try:
+            for tp, records in batch.items():
+                p = tp.partition
+                if p not in owned:
+                    continue  # revoked while the fetch was in flight
+                if p not in self._first_read and pipeline.next_offset(p) is None:
+                    self._first_read[p] = records[0].offset
+                process = pipeline.process
+                for r in records:
+                    process(p, r.offset, r.value, r.key)
+                n += len(records)
+        except DeadLetterUnavailableError as e:  # a rejection that could not be sent
+            self.outage(e)
+            return n
         self._empty_polls = 0 if n else self._empty_polls + 1
         if pipeline.due():
             self.checkpoint()
         return n
+
+    # -- outages ---------------------------------------------------------------------------
+
+    @property
+    def in_outage(self) -> bool:
+        return self._outage is not None
+
+    @property
+    def store_up(self) -> bool:
+        return not isinstance(getattr(self._outage, "cause", None), StoreUnavailableError)
+
+    def outage(self, cause: Exception) -> None:
+        """A checkpoint or a load could not be done: drop, pause, and probe later."""
+        metrics = self.pipeline.metrics
+        store = isinstance(cause, StoreUnavailableError)
+        (metrics.store_errors if store else metrics.dead_letter_errors).inc()
+        now = time.monotonic()
+        lo, hi = self.probe_backoff
+        if self._outage is None:
+            log.warning("%s: ingestion paused, uncommitted work dropped; it is read again "
+                        "once %s", cause, "the store answers" if store else "it can be")
+            self._outage = _Outage(cause, now, lo)
+        else:
+            outage = self._outage
+            outage.cause = cause
+            outage.delay = min(hi, outage.delay * 2)
+            outage.next_probe = now + outage.delay
+            log.info("still unavailable (%s); next try in %.1fs", cause, outage.delay)
+        metrics.store_up.set(0 if store else 1)
+        metrics.ingest_paused.set(1)
+        self.pipeline.drop_all()
+        self.pause_all()
+
+    def pause_all(self) -> None:
+        assigned = self.consumer.assignment()
+        if assigned:
+            self.consumer.pause(*assigned)
+
+    def _poll_paused(self, timeout_ms: int) -> None:
+        """Keep the membership alive without fetching; probe when the backoff says so."""
+        self.consumer.poll(timeout_ms=timeout_ms)  # heartbeats, rebalances; no records
+        self.pause_all()  # partitions assigned in that poll too
+        outage = self._outage
+        if outage is None or time.monotonic() < outage.next_probe:
+            return
+        try:
+            assigned = self.consumer.assignment()
+            if assigned:
+                self.resume(assigned)  # reload from the store: this is the probe
+            elif self._probe is not None:
+                self._probe()
+        except OUTAGES as e:
+            self.outage(e)
+            return
+        self._outage = None
+        self._empty_polls = 0
+        metrics = self.pipeline.metrics
+        metrics.store_up.set(1)
+        metrics.ingest_paused.set(0)
+        paused = self.consumer.paused()
+        if paused:
+            self.consumer.resume(*paused)
+        log.warning("recovered after %.1fs: %d partitions reloaded from the store, "
+                    "ingestion resumed", time.monotonic() - outage.since, len(assigned))
+
+    # -- the broker ------------------------------------------------------------------------
+
+    def broker_up(self) -> bool:
+        """Whether a broker connection is open and one answered within ``broker_silence_s``.
+
+        kafka-python retries on its own and never reports an outage, so this reads when its
+        open connections last received anything: the consumer's fetch long-polls and group
+        heartbeats answer every second or so while a broker lives. Thread-safe enough for a
+        scrape: it only reads; a race with the network thread keeps the last answer.
+        """
+        try:
+            conns = list(self.consumer._client._manager._conns.values())
+            reads = [c.transport.last_read for c in conns
+                     if c.connected and c.transport is not None]
+        except (RuntimeError, AttributeError):  # the network thread changed them meanwhile
+            return self._broker_up
+        self._broker_up = bool(reads) and time.monotonic() - max(reads) <= self.broker_silence_s
+        return self._broker_up
 
     def caught_up(self) -> bool:
         """Whether every owned partition has been read up to its last known high watermark.
@@ -118,12 +276,17 @@ class KafkaSource:
         return True
 
     def checkpoint(self) -> None:
-        if self.pipeline.checkpoint():
-            self._commit_advisory()
-            return
-        # Fenced: someone else wrote a partition's offset. Reload every owned partition
-        # from the store and seek back; whatever we had in memory is gone.
-        self.resume(self.consumer.assignment())
+        if self._outage is not None:
+            return  # nothing in memory: it was dropped when the outage began
+        try:
+            if self.pipeline.checkpoint():
+                self._commit_advisory()
+                return
+            # Fenced: someone else wrote a partition's offset. Reload every owned partition
+            # from the store and seek back; whatever we had in memory is gone.
+            self.resume(self.consumer.assignment())
+        except OUTAGES as e:
+            self.outage(e)
 
     def _commit_advisory(self) -> None:
         offsets = {}
@@ -142,7 +305,11 @@ class KafkaSource:
             self.poll_once()
 
     def close(self) -> None:
-        """Final checkpoint, then leave the group so partitions move at once."""
+        """Final checkpoint, then leave the group so partitions move at once.
+
+        With the store or the dead-letter topic unavailable the uncommitted stretch is left
+        to be read again by whoever owns the partitions next: nothing is lost.
+        """
         try:
             self.checkpoint()
         finally:

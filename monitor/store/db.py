@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import re
 from typing import Any
 
@@ -21,12 +22,29 @@ from monitor.store.exceptions import NotMigratedError, StoreError
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
 
+# PostgreSQL: how long one round trip (a statement, a COMMIT, a ping) may wait for the server
+# before the connection is given up as dead. The kernel's own timers do not cover a server
+# that keeps the TCP connection open and answers nothing (frozen, or a stalled middlebox that
+# still acknowledges packets): without this a checkpoint would wait forever.
+PG_IO_TIMEOUT_S = 30.0
+# libpq connection parameters for noticing an unreachable server in seconds, not in the
+# kernel's two hours; any of them given in the URL wins.
+PG_CONNECT_DEFAULTS: dict[str, Any] = {
+    "connect_timeout": 10,  # seconds, for the whole connection set-up
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30000,  # ms that sent data may stay unacknowledged
+}
+
 # Execution option for read-only work: on SQLite it opens the transaction DEFERRED, so a
 # long report does not hold the write lock that the daemon's checkpoints need.
 READ_ONLY = "specwatch_read_only"
 
 _SECRET_QUERY = re.compile(r"([?&](?:ssl)?password=)[^&]*", re.IGNORECASE)
-_USERINFO = re.compile(r"(://[^:/@]*):[^@]*@")
+# Greedy to the last '@': a password with an unencoded '@' must not leave its tail behind.
+_USERINFO = re.compile(r"^((?:[^:/@]*://)?[^:/@]*):.*@")
 
 
 def normalize_url(url: str) -> str:
@@ -50,11 +68,17 @@ def redact_url(url: str) -> str:
     'postgresql://me:***@db:5432/x?sslpassword=***'
     >>> redact_url("not a url://me:s3cret@host")
     'not a url://me:***@host'
+    >>> redact_url("postgresql://me:s3c@ret@db/x")  # unencoded '@': SQLAlchemy splits it wrong
+    'postgresql://me:***@db/x'
+    >>> redact_url("me:s3cret@db/x")  # no scheme: not a URL, still a password
+    'me:***@db/x'
     """
     try:
         u = make_url(url)
     except (ArgumentError, ValueError):
-        return _USERINFO.sub(r"\1:***@", url)
+        u = None
+    if u is None or "@" in (u.host or ""):
+        return _SECRET_QUERY.sub(r"\1***", _USERINFO.sub(r"\1:***@", url))
     return _SECRET_QUERY.sub(r"\1***", u.render_as_string(hide_password=True))
 
 
@@ -62,17 +86,29 @@ def _json_dumps(obj: Any) -> str:
     return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY).decode()
 
 
-def make_engine(url: str, *, sqlite_busy_timeout: float = SQLITE_BUSY_TIMEOUT_S) -> Engine:
+def make_engine(
+    url: str,
+    *,
+    sqlite_busy_timeout: float = SQLITE_BUSY_TIMEOUT_S,
+    io_timeout: float | None = PG_IO_TIMEOUT_S,
+) -> Engine:
     """An engine for ``url``; on SQLite: WAL, ``synchronous=NORMAL``, and ``BEGIN IMMEDIATE``.
 
     Checkpoints read rows and then write them; under SQLite's default deferred BEGIN two such
     transactions can both take the read lock and then deadlock upgrading it (SQLITE_BUSY
     without waiting). Taking the write lock at BEGIN makes them queue on the busy timeout.
+
+    On PostgreSQL (psycopg 3) every round trip waits at most ``io_timeout`` seconds (``None``:
+    forever) and connections get :data:`PG_CONNECT_DEFAULTS`: a dead, frozen or unreachable
+    server is an error within seconds (:func:`is_unavailable`), never a hang.
     """
     u = make_url(normalize_url(url))
     json_args: dict[str, Any] = {"json_serializer": _json_dumps, "json_deserializer": orjson.loads}
     if u.get_backend_name() != "sqlite":
-        return create_engine(u, pool_pre_ping=True, **json_args)
+        engine = create_engine(u, pool_pre_ping=True, **json_args)
+        if u.get_driver_name() == "psycopg":
+            _bound_psycopg(engine, io_timeout)
+        return engine
 
     engine = create_engine(u, connect_args={"timeout": sqlite_busy_timeout}, **json_args)
     busy_ms = int(sqlite_busy_timeout * 1000)
@@ -96,6 +132,85 @@ def make_engine(url: str, *, sqlite_busy_timeout: float = SQLITE_BUSY_TIMEOUT_S)
         conn.exec_driver_sql("BEGIN DEFERRED" if deferred else "BEGIN IMMEDIATE")
 
     return engine
+
+
+def _bound_psycopg(engine: Engine, io_timeout: float | None) -> None:
+    """Connect through :class:`_DeadlineConnection`, with the libpq defaults filled in."""
+    from psycopg import Connection as PgConnection
+    from psycopg import OperationalError as PgOperationalError
+    from psycopg import errors as pg_errors
+
+    # psycopg (3.3) raises its internal _WaitTimeout when a wait's timeout expires. A release
+    # without timeouts on waits gets the libpq defaults only.
+    wait_timeout: type[Exception] = getattr(pg_errors, "_WaitTimeout", PgOperationalError)
+    if wait_timeout is PgOperationalError or \
+            "timeout" not in inspect.signature(PgConnection.wait).parameters:
+        io_timeout = None
+
+    class _DeadlineConnection(PgConnection):  # type: ignore[type-arg]
+        """A psycopg connection whose every wait for the server has a deadline."""
+
+        def wait(self, gen: Any, interval: Any = None, timeout: float | None = None) -> Any:
+            kwargs: dict[str, Any] = {"timeout": io_timeout if timeout is None else timeout}
+            if interval is not None:
+                kwargs["interval"] = interval
+            try:
+                return super().wait(gen, **kwargs)
+            except wait_timeout as e:
+                if timeout is not None or io_timeout is None:
+                    raise  # psycopg's own deadline (a cancel): its business
+                # The server may or may not have run what was sent: the connection's state is
+                # unknown, so it is closed (the pool then discards it).
+                self.close()
+                raise PgOperationalError(
+                    f"no answer from the database server within {io_timeout:g}s; "
+                    "connection closed"
+                ) from e
+
+    factory = PgConnection if io_timeout is None else _DeadlineConnection
+
+    @event.listens_for(engine, "do_connect")
+    def _connect(_dialect: Any, _record: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
+        for key, value in PG_CONNECT_DEFAULTS.items():
+            cparams.setdefault(key, value)
+        return factory.connect(*cargs, **cparams)
+
+
+_UNAVAILABLE_SQLSTATE_CLASSES = frozenset({
+    "08",  # connection exception
+    "53",  # insufficient resources: too many connections, disk full, out of memory
+    "57",  # operator intervention: shutdown, cannot connect now, query canceled
+    "58",  # system error: I/O
+})
+_SQLITE_UNAVAILABLE = ("database is locked", "disk i/o error", "unable to open database file",
+                       "database or disk is full")
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database is unreachable or unable to answer for now (worth
+    waiting for), as opposed to a bug, a constraint or a schema problem.
+
+    >>> is_unavailable(ValueError("x"))
+    False
+    """
+    from sqlalchemy.exc import DBAPIError, OperationalError
+    from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+    if isinstance(exc, PoolTimeout):
+        return True  # every pooled connection is stuck on the server
+    if not isinstance(exc, DBAPIError):
+        return False
+    if exc.connection_invalidated:
+        return True  # the dialect saw the connection die
+    code = getattr(exc.orig, "sqlstate", None)
+    if code:
+        return str(code)[:2] in _UNAVAILABLE_SQLSTATE_CLASSES
+    if not isinstance(exc, OperationalError):
+        return False
+    if type(exc.orig).__module__.startswith("sqlite3"):
+        return any(m in str(exc.orig).lower() for m in _SQLITE_UNAVAILABLE)
+    # Without a SQLSTATE the server never answered: refused, reset, timed out.
+    return True
 
 
 def migrations_dir() -> str:

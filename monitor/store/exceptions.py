@@ -18,3 +18,13 @@ class FencedError(StoreError):
     The checkpoint was rolled back as a whole: this process is a zombie for that partition
     and must drop its in-memory state and reload from the store.
     """
+
+
+class StoreUnavailableError(StoreError):
+    """The database could not be reached or answered in time (connection refused, reset or
+    timed out; server shutting down; out of connections or disk).
+
+    Transient by nature: nothing of the failed operation can be relied on (a commit may or
+    may not have landed), so the caller drops what it had in memory, waits and reloads from
+    the store once it answers again. The driver's error is the ``__cause__``.
+    """

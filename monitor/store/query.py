@@ -257,9 +257,13 @@ def format_ratios(rows: Iterable[RatioRow], fmt: str) -> str:
     if fmt == "csv":
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
+        # The writer quotes a field holding "\n" but not a lone "\r", which every reader
+        # takes for a line break: such rows are written fully quoted instead.
+        quoted = csv.writer(buf, lineterminator="\n", quoting=csv.QUOTE_ALL)
         w.writerow(COLUMNS)
         for r in rows:
-            w.writerow([_text_value(r, c) for c in COLUMNS])
+            values = [_text_value(r, c) for c in COLUMNS]
+            (quoted if any("\r" in v for v in values) else w).writerow(values)
         return buf.getvalue()
     if fmt == "table":
         return _table(rows)

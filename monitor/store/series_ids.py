@@ -61,6 +61,20 @@ def _lookup(conn: Connection, hashes: Sequence[str]) -> dict[str, int]:
     return found
 
 
+def stored_series(conn: Connection, keys: Sequence[SeriesKey] | None = None) -> set[SeriesKey]:
+    """Every series key in the table or, given ``keys``, those of them that are stored."""
+    c = series_table.c
+    columns = [c[name] for name in SeriesKey._fields]
+    if keys is None:
+        return {series_key_of(row) for row in conn.execute(select(*columns))}
+    found: set[SeriesKey] = set()
+    for part in chunks(sorted({series_key_hash(k) for k in keys})):
+        found.update(
+            series_key_of(row) for row in conn.execute(select(*columns).where(c.key_hash.in_(part)))
+        )
+    return found
+
+
 def resolve_series(
     conn: Connection,
     spans: Mapping[SeriesKey, tuple[datetime, datetime]],

@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Engine, delete, select
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from alerts.record import AlertRecord
 from monitor.aggregate.bucket import BucketStats
@@ -18,8 +19,17 @@ from monitor.aggregate.series import SeriesKey
 from monitor.store import query, writer
 from monitor.store.alerting import AlertingStore
 from monitor.store.checkpoint import GRANULARITIES, Checkpoint, PartitionState
-from monitor.store.db import READ_ONLY, check_migrated, make_engine, redact_url
+from monitor.store.db import (
+    PG_IO_TIMEOUT_S,
+    READ_ONLY,
+    check_migrated,
+    is_unavailable,
+    make_engine,
+    redact_url,
+)
+from monitor.store.exceptions import StoreUnavailableError
 from monitor.store.query import RatioRow
+from monitor.store.series_ids import stored_series
 from monitor.store.tables import (
     alerts_table,
     dedup_table,
@@ -55,9 +65,11 @@ class Store:
     Thread-safe: each call runs in its own connection and transaction.
     """
 
-    def __init__(self, url: str, *, require_migrated: bool = True) -> None:
+    def __init__(self, url: str, *, require_migrated: bool = True,
+                 io_timeout: float | None = PG_IO_TIMEOUT_S) -> None:
         self.url = redact_url(url)
-        self.engine: Engine = make_engine(url)
+        # io_timeout: PostgreSQL round trips give up after that long (make_engine).
+        self.engine: Engine = make_engine(url, io_timeout=io_timeout)
         self._reader = self.engine.execution_options(**{READ_ONLY: True})
         # Only ids of committed series: an id from a rolled-back insert would point nowhere.
         self._series_ids: dict[SeriesKey, int] = {}
@@ -71,6 +83,25 @@ class Store:
 
     def close(self) -> None:
         self.engine.dispose()
+
+    @contextmanager
+    def _available(self, what: str) -> Iterator[None]:
+        """Turn a connection-class failure into :class:`StoreUnavailableError`."""
+        try:
+            yield
+        except SQLAlchemyError as exc:
+            if not is_unavailable(exc):
+                raise
+            orig = getattr(exc, "orig", None) or exc
+            first = (str(orig).strip().splitlines() or [""])[0]
+            raise StoreUnavailableError(
+                f"{what} on {self.url} failed: {type(orig).__name__}: {first}"
+            ) from exc
+
+    def ping(self) -> None:
+        """One round trip; :class:`StoreUnavailableError` when the database does not answer."""
+        with self._available("ping"), self._reader.connect() as conn:
+            conn.exec_driver_sql("SELECT 1")
 
     @property
     def alerting(self) -> AlertingStore:
@@ -89,7 +120,15 @@ class Store:
     # --- writing ---------------------------------------------------------------------------
 
     def commit(self, cp: Checkpoint) -> None:
-        """Write ``cp`` in one transaction; :class:`FencedError` leaves nothing written."""
+        """Write ``cp`` in one transaction; :class:`FencedError` leaves nothing written.
+
+        :class:`StoreUnavailableError` says nothing certain: the COMMIT may have landed
+        before the connection failed. Reload from the store before going on.
+        """
+        with self._available("checkpoint"):
+            self._commit(cp)
+
+    def _commit(self, cp: Checkpoint) -> None:
         now = datetime.now(UTC)
         state = writer.state_rows(cp.source, cp.state, now)
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
@@ -140,7 +179,7 @@ class Store:
         if not wanted:
             return out
         p, d = partitions_table.c, dedup_table.c
-        with self._reader.connect() as conn:
+        with self._available("loading partitions"), self._reader.connect() as conn:
             rows = conn.execute(
                 select(p.partition, p.next_offset, p.max_event_ts).where(
                     p.source == source, p.partition.in_(wanted)
@@ -164,7 +203,7 @@ class Store:
         stmt = select(c.key, c.data).where(c.source == source)
         if prefix:
             stmt = stmt.where(c.key.startswith(prefix, autoescape=True))
-        with self._reader.connect() as conn:
+        with self._available("loading state"), self._reader.connect() as conn:
             # SQLite's LIKE ignores ASCII case: the exact prefix test is ours.
             return {k: v for k, v in conn.execute(stmt) if k.startswith(prefix)}
 
@@ -174,6 +213,13 @@ class Store:
         stmt = select(c.data).where(c.source == source, c.key == key)
         with self._reader.connect() as conn:
             return conn.execute(stmt).scalar_one_or_none()
+
+    def series_keys(self, keys: Iterable[SeriesKey] | None = None) -> set[SeriesKey]:
+        """The stored series keys or, given ``keys``, those of them that are stored (the
+        cardinality guard's view of what is committed)."""
+        wanted = None if keys is None else [SeriesKey(*k) for k in keys]
+        with self._available("loading series"), self._reader.connect() as conn:
+            return stored_series(conn, wanted)
 
     def alerts(
         self,

@@ -49,11 +49,22 @@ def spec_block(
     return spec
 
 
+def _ts_value(ts: float) -> str | float:
+    """RFC 3339 when milliseconds say it exactly, else Unix seconds: a time read with more
+    digits (``07.4121Z``, ``1793628187.4121``) must parse back to the same float.
+
+    >>> _ts_value(1793628187.5), _ts_value(1793628187.4121)
+    ('2026-11-02T14:03:07.500Z', 1793628187.4121)
+    """
+    text = format_ts(ts)
+    return text if datetime.fromisoformat(text).timestamp() == ts else ts
+
+
 def event_to_dict(e: Event) -> dict[str, Any]:
     """The telemetry v1 object that parses back to ``e``."""
     d: dict[str, Any] = {
         "request_id": e.request_id,
-        "ts": format_ts(e.ts),
+        "ts": _ts_value(e.ts),
         "route": e.route,
         "status": e.status,
         "target": {"model": e.target_model, "revision": e.target_revision,

