@@ -76,6 +76,7 @@ class EventGuard(Protocol):
     def admit(self, events: list[Event]) -> list[Event]: ...
     def committed(self) -> None: ...  # what was admitted since the last call is now stored
     def drop_all(self) -> None: ...  # forget what was admitted since the last commit
+    def load(self) -> None: ...  # read the committed series now (on assignment)
 
 
 class AlertDecider(Protocol):

@@ -76,7 +76,7 @@ class HandedCheckpoints:
     (``committed(cp)``, through ``on_commit``) instead of calling ``committed()``."""
 
     def __init__(self, guard: CardinalityGuard) -> None:
-        self.admit, self.drop_all = guard.admit, guard.drop_all
+        self.admit, self.drop_all, self.load = guard.admit, guard.drop_all, guard.load
 
     def committed(self) -> None:
         return  # on_commit brings the checkpoint
