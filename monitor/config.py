@@ -47,24 +47,30 @@ __all__ = [
     "Config",
     "CostModelConfig",
     "DetectionConfig",
+    "Duration",
+    "Frozen",
     "IngestConfig",
     "JobsConfig",
     "KafkaConfig",
     "LifecycleConfig",
     "ScrapeConfig",
     "StoreConfig",
+    "format_errors",
     "load_config",
     "parse_duration",
+    "read_mapping",
 ]
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 
 
-class _Frozen(BaseModel):
+class Frozen(BaseModel):
+    """A config section: unknown keys are errors, and nothing changes it once read."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class KafkaConfig(_Frozen):
+class KafkaConfig(Frozen):
     bootstrap_servers: str = "127.0.0.1:9092"
     topic: str = "specwatch.telemetry"
     dead_letter_topic: str = "specwatch.telemetry.dlq"
@@ -85,7 +91,7 @@ class KafkaConfig(_Frozen):
     )
 
 
-class StoreConfig(_Frozen):
+class StoreConfig(Frozen):
     url: str = "sqlite:///specwatch.db"
     retention_minute: Duration = 7 * 86400.0
     retention_hour: Duration = 90 * 86400.0
@@ -99,7 +105,7 @@ class StoreConfig(_Frozen):
             yield name, redact_url(value) if name == "url" else value
 
 
-class IngestConfig(_Frozen):
+class IngestConfig(Frozen):
     max_message_bytes: int = Field(1048576, ge=1024)
     allowed_lateness: Duration = 120.0
     dedup_horizon: Duration = 600.0
@@ -119,7 +125,7 @@ class IngestConfig(_Frozen):
         return self
 
 
-class CostModelConfig(_Frozen):
+class CostModelConfig(Frozen):
     """Costs of one model pair: ``c`` per drafted token and ``v`` per extra verified token,
     both in target decode steps (see docs/breakeven.md). Matches on model names; ``*`` is
     any."""
@@ -130,7 +136,7 @@ class CostModelConfig(_Frozen):
     v: float = Field(0.0, ge=0.0, lt=1.0)
 
 
-class DetectionConfig(_Frozen):
+class DetectionConfig(Frozen):
     # Off: ingest and rollups only (a backfill of history, or an ingest-only replica).
     enabled: bool = True
     detector: Literal["cusum", "adwin", "page_hinkley"] = "cusum"
@@ -166,7 +172,7 @@ def _known_rules(rules: Any) -> Any:
     return rules
 
 
-class RuleTimingConfig(_Frozen):
+class RuleTimingConfig(Frozen):
     """Per-rule overrides of the lifecycle timings (unset: the lifecycle default)."""
 
     min_firing: Duration | None = None
@@ -174,7 +180,7 @@ class RuleTimingConfig(_Frozen):
     repeat_interval: Duration | None = None
 
 
-class LifecycleConfig(_Frozen):
+class LifecycleConfig(Frozen):
     """How condition changes become notifications (see ``alerts/lifecycle.py``).
 
     ``min_firing``: a condition must hold this long (event time) before anyone is told;
@@ -215,7 +221,7 @@ class LifecycleConfig(_Frozen):
         )
 
 
-class SinkFilter(_Frozen):
+class SinkFilter(Frozen):
     """Which alerts one sink receives: empty ``rules``/``severities`` mean all."""
 
     enabled: bool = True
@@ -232,18 +238,18 @@ class SinkFilter(_Frozen):
                 and (not self.severities or severity in self.severities))
 
 
-class RouteOverride(_Frozen):
+class RouteOverride(Frozen):
     """Filters that replace the defaults for routes matching ``routes`` (globs)."""
 
     routes: tuple[str, ...] = Field(min_length=1)
     routing: dict[SinkName, SinkFilter]
 
 
-class SlackConfig(_Frozen):
+class SlackConfig(Frozen):
     min_interval: Duration = 1.0
 
 
-class PagerDutyConfig(_Frozen):
+class PagerDutyConfig(Frozen):
     source: str = "specwatch"
     # Rules announced as change events (no page), e.g. a model revision that moved.
     change_event_rules: tuple[str, ...] = ("revision_mismatch",)
@@ -256,14 +262,14 @@ class PagerDutyConfig(_Frozen):
         return _known_rules(v)  # type: ignore[no-any-return]
 
 
-class AlertmanagerConfig(_Frozen):
+class AlertmanagerConfig(Frozen):
     resend_interval: Duration = 60.0
     firing_ttl: Duration = 240.0  # endsAt = now + this on every post of a firing alert
     resolved_resend_for: Duration = 300.0
     generator_url: str = "http://specwatch/"
 
 
-class DeliveryConfig(_Frozen):
+class DeliveryConfig(Frozen):
     timeout: Duration = 10.0
     backoff_initial: Duration = 1.0
     backoff_max: Duration = 60.0
@@ -272,7 +278,7 @@ class DeliveryConfig(_Frozen):
     lease: Duration = 30.0  # one daemon delivers a sink's queue at a time
 
 
-class AlertingConfig(_Frozen):
+class AlertingConfig(Frozen):
     """The alert lifecycle, sink routing and delivery. Sink URLs and keys come only from the
     environment (``SPECWATCH_SLACK_WEBHOOK_URL`` etc.); each set one enables its sink."""
 
@@ -296,12 +302,12 @@ class AlertingConfig(_Frozen):
 _ALL = SinkFilter()
 
 
-class ExpositionConfig(_Frozen):
+class ExpositionConfig(Frozen):
     # Segments exported at most, the most recently active: a scrape stays bounded.
     max_series: int = Field(1000, ge=0)
 
 
-class Config(_Frozen):
+class Config(Frozen):
     kafka: KafkaConfig = KafkaConfig()
     store: StoreConfig = StoreConfig()
     ingest: IngestConfig = IngestConfig()
@@ -324,33 +330,36 @@ ENV_OVERRIDES: dict[str, tuple[str, str]] = {
 }
 
 
-def _read_file(path: Path) -> dict[str, Any]:
+def read_mapping(path: Path, what: str = "config file") -> dict[str, Any]:
+    """The mapping a YAML (or ``.toml``) file holds, ``{}`` for an empty one; ``ConfigError``
+    naming ``what`` and ``path`` when it cannot be read or holds something else."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
-        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
+        raise ConfigError(f"cannot read {what} {path}: {e.strerror or e}") from None
     try:
         if path.suffix == ".toml":
             data = tomllib.loads(text)
         else:
             data = yaml.safe_load(text)
     except (tomllib.TOMLDecodeError, yaml.YAMLError) as e:
-        raise ConfigError(f"cannot parse config file {path}: {e}") from None
+        raise ConfigError(f"cannot parse {what} {path}: {e}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {path} must hold a mapping at the top level")
+        raise ConfigError(f"{what} {path} must hold a mapping at the top level")
     return data
 
 
-def _format_error(e: ValidationError) -> str:
+def format_errors(e: ValidationError, what: str = "config", source: str | None = None) -> str:
+    """One line per error of ``e``: ``{what} error at key.path: message`` (`` (source)``)."""
     lines = []
     for err in e.errors():
         path = ".".join(str(p) for p in err["loc"]) or "(top level)"
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
-        lines.append(f"config error at {path}: {msg}")
+        lines.append(f"{what} error at {path}: {msg}" + (f" ({source})" if source else ""))
     return "\n".join(lines)
 
 
@@ -361,7 +370,7 @@ def load_config(
     overrides: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Config:
     """Read ``path`` (or defaults when ``None``), then environment, then ``overrides``."""
-    data: dict[str, Any] = _read_file(Path(path)) if path is not None else {}
+    data: dict[str, Any] = read_mapping(Path(path)) if path is not None else {}
     env = os.environ if env is None else env
     for var, (section, key) in ENV_OVERRIDES.items():
         if env.get(var):
@@ -375,4 +384,4 @@ def load_config(
     try:
         return Config.model_validate(data)
     except ValidationError as e:
-        raise ConfigError(_format_error(e)) from None
+        raise ConfigError(format_errors(e)) from None

@@ -11,7 +11,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kafka import KafkaProducer
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.consumer.fetcher import ConsumerRecord
 
 T = TypeVar("T")
 
@@ -71,6 +72,24 @@ def oracle(
     return dict(out)
 
 
+def simulated(directory: Path, *, duration: str, seed: int) -> list[dict[str, Any]]:
+    """Traffic from ``specwatch simulate`` (3 requests/s, 2% duplicates), written to
+    ``directory/events.jsonl`` and read back."""
+    from monitor.cli import main
+
+    path = directory / "events.jsonl"
+    assert main(["simulate", "--duration", duration, "--rate", "3", "--seed", str(seed),
+                 "--duplicates", "0.02", "--out", str(path)]) == 0
+    return list(read_jsonl(path))
+
+
+def assert_exact(store: Any, events: list[dict[str, Any]], *, lateness: float) -> None:
+    """``store``'s rollup tables at every granularity equal :func:`oracle` of ``events``."""
+    for granularity in SECONDS:
+        assert table(store.ratios(granularity=granularity)) == oracle(
+            events, lateness=lateness, granularity=granularity), granularity
+
+
 def table(rows: Iterable[Any]) -> dict[tuple, list[int]]:
     """The same shape as :func:`oracle`, from ``Store.ratios`` rows (summed over the
     columns the oracle does not split by)."""
@@ -117,6 +136,38 @@ def produce(
 def _send(producer: KafkaProducer, topic: str, route: str, evs: list[dict], batch: int) -> None:
     value = json.dumps(evs[0] if batch == 1 else evs).encode()
     producer.send(topic, key=route.encode(), value=value)
+
+
+def read_topic(bootstrap: str, topic: str, expected: int, timeout: float = 30.0, *,
+               extra_poll: bool = False) -> list[ConsumerRecord]:
+    """The records of ``topic`` until they hold ``expected`` events (a JSON array value holds
+    its length), read with assign + earliest and no consumer group. ``extra_poll``: one more
+    short poll afterwards, for tests where anything beyond ``expected`` is a bug too."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                             enable_auto_commit=False)
+    try:
+        deadline = time.monotonic() + timeout
+        partitions = None
+        while not partitions and time.monotonic() < deadline:
+            partitions = consumer.partitions_for_topic(topic)
+            if not partitions:
+                time.sleep(0.1)
+        assert partitions, f"topic {topic} has no partitions"
+        consumer.assign([TopicPartition(topic, p) for p in partitions])
+        records: list[ConsumerRecord] = []
+        seen = 0
+        while seen < expected and time.monotonic() < deadline:
+            for batch in consumer.poll(timeout_ms=300).values():
+                for record in batch:
+                    records.append(record)
+                    value = json.loads(record.value)
+                    seen += len(value) if isinstance(value, list) else 1
+        if extra_poll:
+            for batch in consumer.poll(timeout_ms=300).values():
+                records.extend(batch)
+        return records
+    finally:
+        consumer.close()
 
 
 def wait_for(

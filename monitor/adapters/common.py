@@ -31,6 +31,7 @@ __all__ = [
     "need_list",
     "need_number",
     "only_choice",
+    "openai_response",
     "opt_dict",
     "opt_int",
     "opt_number",
@@ -167,6 +168,18 @@ def only_choice(items: list[Any], path: str) -> dict[str, Any]:
     if not isinstance(item, dict):
         raise AdapterError(f"{path}[0]: must be an object (got {_show(item)})")
     return item
+
+
+def openai_response(
+    raw: dict[str, Any], defaults: Defaults
+) -> tuple[str, Defaults, dict[str, Any], str, dict[str, Any]]:
+    """What an OpenAI-compatible response says the same way on every server: its ``id``, the
+    defaults for its ``model``, its single choice, that choice's status, and ``usage``."""
+    request_id = need_id(raw, "id")
+    d = defaults.for_model(opt_str(raw, "model"))
+    choice = only_choice(need_list(raw, "choices"), "choices")
+    status = status_of(choice.get("finish_reason"), "choices[0].finish_reason")
+    return request_id, d, choice, status, need_dict(raw, "usage")
 
 
 # --- status -------------------------------------------------------------------------------

@@ -44,21 +44,18 @@ from monitor.adapters.common import (
     build_event,
     check_counts,
     need_dict,
-    need_id,
     need_int,
     need_k,
-    need_list,
     need_number,
-    only_choice,
+    openai_response,
     opt_int,
     opt_number,
     opt_str,
     spec_for_no_stats,
-    status_of,
 )
 from monitor.adapters.defaults import Defaults
 
-__all__ = ["ENGINE", "to_event"]
+__all__ = ["ENGINE", "draft_counts", "to_event"]
 
 ENGINE = "llamacpp"
 TIMINGS = "timings"
@@ -82,11 +79,7 @@ def to_event(raw: dict[str, Any], defaults: Defaults) -> dict[str, Any]:
 
 
 def _from_oai(raw: dict[str, Any], defaults: Defaults) -> dict[str, Any]:
-    request_id = need_id(raw, "id")
-    d = defaults.for_model(opt_str(raw, "model"))
-    choice = only_choice(need_list(raw, "choices"), "choices")
-    status = status_of(choice.get("finish_reason"), "choices[0].finish_reason")
-    usage = need_dict(raw, "usage")
+    request_id, d, choice, status, usage = openai_response(raw, defaults)
     timings = need_dict(raw, TIMINGS)
     prompt_ms, decode_ms = _times(timings)
     return build_event(
@@ -127,12 +120,20 @@ def _times(timings: dict[str, Any]) -> tuple[float, float]:
 
 
 def _spec(timings: dict[str, Any], d: Defaults) -> SpecCounts | None:
+    counts = draft_counts(timings)
+    if counts is None:
+        return spec_for_no_stats(d)
+    return SpecCounts(need_k(d), *counts)
+
+
+def draft_counts(timings: dict[str, Any]) -> tuple[int, int] | None:
+    """Drafted and accepted tokens of a response's ``timings``; None when it has neither
+    (llama-server writes both only when something was drafted)."""
     drafted = opt_int(timings, "draft_n", TIMINGS)
     if drafted is None:
         if timings.get("draft_n_accepted") is not None:
             raise AdapterError(f"{TIMINGS}.draft_n: missing while draft_n_accepted is given")
-        # llama-server writes both only when something was drafted
-        return spec_for_no_stats(d)
+        return None
     accepted = need_int(timings, "draft_n_accepted", TIMINGS)
     check_counts(drafted, accepted, TIMINGS)
-    return SpecCounts(need_k(d), drafted, accepted)
+    return drafted, accepted

@@ -49,7 +49,7 @@ from monitor.adapters.common import (
 )
 from monitor.adapters.defaults import Defaults
 
-__all__ = ["ENGINE", "accepted_from_accept_length", "to_event"]
+__all__ = ["ENGINE", "SPEC_KEYS", "accepted_from_accept_length", "spec_counts", "to_event"]
 
 ENGINE = "sglang"
 META = "meta_info"
@@ -57,8 +57,9 @@ META = "meta_info"
 ACCEPTED_KEYS = ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
 PROPOSED_KEYS = ("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num")
 HISTOGRAM_KEYS = ("spec_correct_drafts_histogram", "spec_accept_histogram")
-_SPEC_KEYS = ("spec_verify_ct", "spec_accept_rate", "spec_accept_length",
-              *ACCEPTED_KEYS, *PROPOSED_KEYS, *HISTOGRAM_KEYS)
+# Any of them in a meta_info: the request drafted (SGLang fills them only when S > 0).
+SPEC_KEYS = ("spec_verify_ct", "spec_accept_rate", "spec_accept_length",
+             *ACCEPTED_KEYS, *PROPOSED_KEYS, *HISTOGRAM_KEYS)
 
 
 def to_event(raw: dict[str, Any], defaults: Defaults) -> dict[str, Any]:
@@ -122,10 +123,16 @@ def _first(meta: dict[str, Any], keys: tuple[str, ...]) -> tuple[str, Any]:
 
 
 def _spec(meta: dict[str, Any], completion: int, d: Defaults) -> SpecCounts | None:
-    if all(meta.get(key) is None for key in _SPEC_KEYS):
+    if all(meta.get(key) is None for key in SPEC_KEYS):
         return spec_for_no_stats(d)  # nothing drafted (S = 0), or speculation off
+    return spec_counts(meta, completion, need_k(d))
+
+
+def spec_counts(meta: dict[str, Any], completion: int, k: int) -> SpecCounts:
+    """The counters of a ``meta_info`` that has spec fields (any of :data:`SPEC_KEYS`), for
+    draft length ``k``: the newest field names first; proposed defaults to S x k, accepted
+    comes from the count, the histogram, the rate or the accept length."""
     steps = need_int(meta, "spec_verify_ct", META)
-    k = need_k(d)
     if steps == 0:
         return SpecCounts(k, 0, 0, 0)
 

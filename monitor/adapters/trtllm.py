@@ -47,17 +47,17 @@ from monitor.adapters.common import (
     need_list,
     need_number,
     only_choice,
+    openai_response,
     opt_dict,
     opt_int,
     opt_number,
-    opt_str,
     seconds_between,
     spec_for_no_stats,
     status_of,
 )
 from monitor.adapters.defaults import Defaults
 
-__all__ = ["ENGINE", "to_event"]
+__all__ = ["ENGINE", "block_counts", "to_event"]
 
 ENGINE = "trtllm"
 
@@ -99,11 +99,7 @@ def _from_request_output(raw: dict[str, Any], defaults: Defaults) -> dict[str, A
 
 
 def _from_response(raw: dict[str, Any], defaults: Defaults) -> dict[str, Any]:
-    request_id = need_id(raw, "id")
-    d = defaults.for_model(opt_str(raw, "model"))
-    choice = only_choice(need_list(raw, "choices"), "choices")
-    status = status_of(choice.get("finish_reason"), "choices[0].finish_reason")
-    usage = need_dict(raw, "usage")
+    request_id, d, choice, status, usage = openai_response(raw, defaults)
     if raw.get("perf_metrics") is None:
         raise AdapterError("perf_metrics: missing; an OpenAI response has no timing (e2e_ms is "
                            "required): add the request's /perf_metrics entry's perf_metrics "
@@ -147,6 +143,12 @@ def _spec(block: dict[str, Any] | None, where: str, d: Defaults) -> SpecCounts |
     if k is None:
         raise AdapterError(f"{where}.num_spec_tokens: missing or null (draft_len_schedule?); "
                            "pass --num-speculative-tokens")
+    return block_counts(block, k, where)
+
+
+def block_counts(block: dict[str, Any], k: int, where: str) -> SpecCounts:
+    """The counters of a ``speculative_decoding`` object at ``where``, for draft length ``k``
+    (its ``num_spec_tokens``, else the caller's)."""
     drafted = need_int(block, "total_draft_tokens", where)
     accepted = need_int(block, "total_accepted_draft_tokens", where)
     steps = opt_int(block, "num_spec_steps", where)

@@ -43,15 +43,15 @@ from monitor.adapters.common import (
     need_list,
     need_number,
     only_choice,
+    openai_response,
     opt_int,
     opt_number,
-    opt_str,
     seconds_between,
     status_of,
 )
 from monitor.adapters.defaults import Defaults
 
-__all__ = ["ENGINE", "to_event"]
+__all__ = ["ENGINE", "block_counts", "to_event"]
 
 ENGINE = "vllm"
 SPEC = "metrics.speculative_decoding"
@@ -70,11 +70,7 @@ def to_event(raw: dict[str, Any], defaults: Defaults) -> dict[str, Any]:
 
 
 def _from_response(raw: dict[str, Any], defaults: Defaults) -> dict[str, Any]:
-    request_id = need_id(raw, "id")
-    d = defaults.for_model(opt_str(raw, "model"))
-    choice = only_choice(need_list(raw, "choices"), "choices")
-    status = status_of(choice.get("finish_reason"), "choices[0].finish_reason")
-    usage = need_dict(raw, "usage")
+    request_id, d, choice, status, usage = openai_response(raw, defaults)
     metrics = need_dict(raw, "metrics")
     # Per-request metrics (docs/features/per_request_metrics.md): queue wait, then scheduled
     # -> first token, then first -> last token. Their sum is the engine-side end-to-end time;
@@ -139,12 +135,16 @@ def _spec(block: Any, d: Defaults) -> SpecCounts | None:
         return None  # speculation off for this model
     if not isinstance(block, dict):
         raise AdapterError(f"{SPEC}: must be an object")
-    # Section 1.3: the counts are the request's share of vLLM's Prometheus counters.
-    k = opt_int(block, "num_spec_tokens", SPEC, minimum=1)
+    k = opt_int(block, "num_spec_tokens", SPEC, minimum=1) or d.num_speculative_tokens
     if k is None:
-        k = d.num_speculative_tokens
-        if k is None:
-            raise AdapterError(f"{SPEC}.num_spec_tokens: missing; pass --num-speculative-tokens")
+        raise AdapterError(f"{SPEC}.num_spec_tokens: missing; pass --num-speculative-tokens")
+    return block_counts(block, k)
+
+
+def block_counts(block: dict[str, Any], k: int) -> SpecCounts:
+    """The counters of a ``metrics.speculative_decoding`` object, for draft length ``k`` (its
+    ``num_spec_tokens``, else the caller's)."""
+    # Section 1.3: the counts are the request's share of vLLM's Prometheus counters.
     drafted = need_int(block, "num_draft_tokens", SPEC)
     accepted = need_int(block, "num_accepted_draft_tokens", SPEC)
     steps = need_int(block, "num_spec_steps", SPEC)

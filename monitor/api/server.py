@@ -10,9 +10,6 @@ from __future__ import annotations
 import ipaddress
 import logging
 import re
-import socket
-import threading
-from collections.abc import Sequence
 
 import uvicorn
 from starlette.types import ASGIApp
@@ -20,6 +17,7 @@ from starlette.types import ASGIApp
 from monitor.api.auth import TOKEN_ENV
 from monitor.api.exceptions import ApiConfigError
 from monitor.api.limits import MAX_BODY_BYTES, BodyLimit
+from monitor.httpserver import ThreadedServer
 
 log = logging.getLogger(__name__)
 ACCESS_LOG = "uvicorn.access"
@@ -62,8 +60,6 @@ def _redact_scope_record(record: logging.LogRecord) -> bool:
 
 _LOG_FILTERS = ((ACCESS_LOG, _redact_access_record), ("uvicorn.asgi", _redact_scope_record))
 
-START_TIMEOUT_S = 10.0
-STOP_TIMEOUT_S = 10.0
 # Where a bare port listens. Unlike Go's ":8080" (every interface), an address left out here
 # means this machine only: exposing the API is always spelled out (0.0.0.0:8080, [::]:8080).
 DEFAULT_HOST = "127.0.0.1"
@@ -142,38 +138,7 @@ def require_token(host: str, token: str | None) -> None:
             "(clients send 'Authorization: Bearer <token>'), or listen on 127.0.0.1")
 
 
-def _listen(host: str, port: int, backlog: int = 2048) -> socket.socket:
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except socket.gaierror as e:
-        raise ApiConfigError(f"cannot listen on {host}:{port}: {e.strerror}") from None
-    family, kind, proto, _, addr = infos[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(addr)
-        sock.listen(backlog)
-    except OSError as e:
-        sock.close()
-        raise ApiConfigError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
-    return sock
-
-
-class _Server(uvicorn.Server):
-    """Tells :meth:`ApiServer.start` when startup is over, successful or not."""
-
-    def __init__(self, config: uvicorn.Config, done: threading.Event) -> None:
-        super().__init__(config)
-        self._done = done
-
-    async def startup(self, sockets: Sequence[socket.socket] | None = None) -> None:
-        try:
-            await super().startup(sockets=list(sockets) if sockets is not None else None)
-        finally:
-            self._done.set()
-
-
-class ApiServer:
+class ApiServer(ThreadedServer):
     """uvicorn serving ``app`` on ``host:port`` from a background thread.
 
     ``start()`` binds in the caller's thread (so a taken port fails there, and port 0 is
@@ -182,34 +147,19 @@ class ApiServer:
     over ``max_body_bytes`` are refused with 413 before the app reads them.
     """
 
+    label = "HTTP API"
+    thread_name = "specwatch-api"
+    error = ApiConfigError
+
     def __init__(self, app: ASGIApp, host: str, port: int, *, access_log: bool = False,
                  max_body_bytes: int = MAX_BODY_BYTES) -> None:
+        super().__init__(host, port)
         self.app = app
-        self.host = host
-        self.port = port
         self.access_log = access_log
         self.max_body_bytes = max_body_bytes
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
 
-    @property
-    def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
-
-    def start(self) -> None:
-        if self._thread is not None:
-            raise RuntimeError("ApiServer already started")
-        sock = _listen(self.host, self.port)
-        self.port = sock.getsockname()[1]
-        for name, redact in _LOG_FILTERS:
-            if redact not in logging.getLogger(name).filters:
-                logging.getLogger(name).addFilter(redact)
-        if self.access_log:
-            # uvicorn cuts the access logger off (propagate=False) whenever a server runs
-            # without it, process-wide; one that asks for it must get it back.
-            logging.getLogger(ACCESS_LOG).propagate = True
-        config = uvicorn.Config(
+    def _config(self) -> uvicorn.Config:
+        return uvicorn.Config(
             BodyLimit(self.app, self.max_body_bytes), lifespan="off",
             access_log=self.access_log, timeout_graceful_shutdown=5,
             log_config=None,  # the process's logging stays as it is; uvicorn's logs propagate
@@ -217,33 +167,22 @@ class ApiServer:
             # h11 bounds a request head (httptools, if installed for the proxy, does not).
             http="h11",
         )
-        done = threading.Event()
-        self._server = _Server(config, done)
-        self._thread = threading.Thread(target=self._run, args=(sock,), name="specwatch-api",
-                                        daemon=True)
-        self._thread.start()
-        if not done.wait(START_TIMEOUT_S) or not self._server.started:
-            self.stop()
-            raise ApiConfigError(f"the HTTP API did not start on {self.url}")
+
+    def start(self) -> None:
+        if self.running:
+            raise RuntimeError("ApiServer already started")
+        self.bind()
+        for name, redact in _LOG_FILTERS:
+            if redact not in logging.getLogger(name).filters:
+                logging.getLogger(name).addFilter(redact)
+        if self.access_log:
+            # uvicorn cuts the access logger off (propagate=False) whenever a server runs
+            # without it, process-wide; one that asks for it must get it back.
+            logging.getLogger(ACCESS_LOG).propagate = True
+        super().start()
         log.info("HTTP API listening on %s", self.url)
 
-    def _run(self, sock: socket.socket) -> None:
-        assert self._server is not None
-        try:
-            self._server.run(sockets=[sock])
-        except BaseException:  # noqa: B036 - a dying thread must say why, and not take the process
-            log.exception("HTTP API server stopped with an error")
-        finally:
-            sock.close()
-
     def stop(self) -> None:
-        server, thread = self._server, self._thread
-        if server is None or thread is None:
-            return
-        server.should_exit = True
-        thread.join(STOP_TIMEOUT_S)
-        if thread.is_alive():
-            server.force_exit = True
-            thread.join(STOP_TIMEOUT_S)
-        self._server = self._thread = None
-        log.info("HTTP API on %s stopped", self.url)
+        if self.running:
+            super().stop()
+            log.info("HTTP API on %s stopped", self.url)

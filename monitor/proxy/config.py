@@ -40,18 +40,9 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-import yaml
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
 
-from monitor.durations import parse_duration
+from monitor.config import Duration, Frozen, format_errors, read_mapping
 from monitor.exceptions import ConfigError
 
 __all__ = [
@@ -68,9 +59,6 @@ __all__ = [
 ENGINES = ("auto", "llamacpp", "vllm", "sglang", "trtllm")
 ANY_MODEL = "*"
 
-_Duration = Annotated[float, BeforeValidator(parse_duration)]
-
-
 def _date_text(value: object) -> object:
     # YAML reads an unquoted 2026-10-28 as a date; a revision is meant
     return value.isoformat() if isinstance(value, date) else value
@@ -83,24 +71,20 @@ _Name = Annotated[str, BeforeValidator(_date_text), Field(min_length=1, max_leng
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+").fullmatch  # an HTTP header name
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class TargetMeta(_Frozen):
+class TargetMeta(Frozen):
     model: _Name
     revision: _Name
     tokenizer: _Name
 
 
-class DraftMeta(_Frozen):
+class DraftMeta(Frozen):
     model: _Name
     revision: _Name
     tokenizer: _Name
     pinned_target_revision: _Name | None = None
 
 
-class SpecMeta(_Frozen):
+class SpecMeta(Frozen):
     """The drafting settings in force: draft length, method and free-form parameters."""
 
     num_speculative_tokens: int = Field(ge=1, le=64)
@@ -108,7 +92,7 @@ class SpecMeta(_Frozen):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
-class ModelMeta(_Frozen):
+class ModelMeta(Frozen):
     target: TargetMeta
     draft: DraftMeta | None = None
     spec: SpecMeta | None = None
@@ -120,7 +104,7 @@ class ModelMeta(_Frozen):
         return self
 
 
-class Routes(_Frozen):
+class Routes(Frozen):
     """How a request's route is found: header, then path prefix, then model, then default."""
 
     header: str | None = "X-Route"
@@ -164,7 +148,7 @@ class Routes(_Frozen):
         return self.default
 
 
-class ProxyConfig(_Frozen):
+class ProxyConfig(Frozen):
     upstream: str
     engine: Literal["auto", "llamacpp", "vllm", "sglang", "trtllm"] = "auto"
     listen: str = "127.0.0.1:8090"
@@ -172,10 +156,10 @@ class ProxyConfig(_Frozen):
     request_id_prefix: str = Field("", max_length=64)
     routes: Routes = Routes()
     models: dict[str, ModelMeta] = Field(default_factory=dict)
-    connect_timeout: _Duration = 5.0
+    connect_timeout: Duration = 5.0
     # Time allowed between two reads from the upstream: a long generation streams, a
     # non-streamed one sends nothing until it is done.
-    read_timeout: _Duration = 600.0
+    read_timeout: Duration = 600.0
     # A non-streamed response body above this is passed on but not read for counters.
     max_response_bytes: int = Field(16 << 20, ge=1024)
 
@@ -205,17 +189,6 @@ class ProxyConfig(_Frozen):
         return self.models.get(ANY_MODEL)
 
 
-def _format_error(e: ValidationError, source: str) -> str:
-    lines = []
-    for err in e.errors():
-        path = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key"
-        lines.append(f"proxy config error at {path}: {msg} ({source})")
-    return "\n".join(lines)
-
-
 def load_proxy_config(
     path: str | Path | None, overrides: Mapping[str, Any] | None = None
 ) -> ProxyConfig:
@@ -226,17 +199,7 @@ def load_proxy_config(
     source = "command line"
     if path is not None:
         source = str(path)
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as e:
-            raise ConfigError(f"cannot read proxy config {path}: {e.strerror or e}") from None
-        try:
-            doc = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise ConfigError(f"cannot parse proxy config {path}: {e}") from None
-        if doc is not None and not isinstance(doc, dict):
-            raise ConfigError(f"proxy config {path} must hold a mapping at the top level")
-        data = doc or {}
+        data = read_mapping(Path(path), "proxy config")
     for key, value in (overrides or {}).items():
         if value is None:
             continue
@@ -252,4 +215,4 @@ def load_proxy_config(
     try:
         return ProxyConfig.model_validate(data)
     except ValidationError as e:
-        raise ConfigError(_format_error(e, source)) from None
+        raise ConfigError(format_errors(e, "proxy config", source)) from None

@@ -29,29 +29,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from monitor.adapters import llamacpp, sglang, trtllm, vllm
 from monitor.adapters.common import (
     AdapterError,
     SpecCounts,
-    check_counts,
-    check_histogram,
-    from_histogram,
     opt_int,
     opt_number,
     status_of,
 )
-from monitor.adapters.sglang import (
-    ACCEPTED_KEYS,
-    HISTOGRAM_KEYS,
-    PROPOSED_KEYS,
-    accepted_from_accept_length,
-)
 from monitor.proxy.config import SpecMeta
 
 __all__ = ["NoCounters", "Reading", "detect_engine", "read_response"]
-
-_SGLANG_SPEC_KEYS = ("spec_verify_ct", "spec_accept_rate", "spec_accept_length",
-                     *ACCEPTED_KEYS, *PROPOSED_KEYS, *HISTOGRAM_KEYS)
-
 
 class NoCounters(AdapterError):
     """The response cannot say what the request drafted (no event is better than a wrong
@@ -128,15 +116,9 @@ def _llamacpp(body: dict[str, Any], spec: SpecMeta | None) -> Reading:
     elif not isinstance(timings, dict):
         raise AdapterError("timings: must be an object")
     counts = None
-    # as monitor.adapters.llamacpp: draft_n and draft_n_accepted come together, or not at all
-    if timings.get("draft_n") is not None:
-        k = _need_k(spec, "timings.draft_n")
-        drafted = _need(timings, "draft_n", "timings")
-        accepted = _need(timings, "draft_n_accepted", "timings")
-        check_counts(drafted, accepted, "timings")
-        counts = SpecCounts(k, drafted, accepted)
-    elif timings.get("draft_n_accepted") is not None:
-        raise AdapterError("timings.draft_n: missing while draft_n_accepted is given")
+    drafted_accepted = llamacpp.draft_counts(timings)
+    if drafted_accepted is not None:
+        counts = SpecCounts(_need_k(spec, "timings.draft_n"), *drafted_accepted)
     elif spec is not None:
         # no draft_n: nothing drafted, or speculation silently off (draft failed to load)
         counts = SpecCounts(spec.num_speculative_tokens, 0, 0)
@@ -169,16 +151,7 @@ def _vllm(body: dict[str, Any], spec: SpecMeta | None) -> Reading:
         raise AdapterError(f"{where}: must be an object")
     else:
         k = opt_int(block, "num_spec_tokens", where, minimum=1) or _need_k(spec, where)
-        drafted = _need(block, "num_draft_tokens", where)
-        accepted = _need(block, "num_accepted_draft_tokens", where)
-        steps = _need(block, "num_spec_steps", where)
-        check_counts(drafted, accepted, where)
-        per_position = None
-        hist = block.get("acceptance_histogram")
-        if hist is not None:
-            per_position, _ = check_histogram(hist, k, f"{where}.acceptance_histogram",
-                                              accepted, steps)
-        counts = SpecCounts(k, drafted, accepted, steps, per_position)
+        counts = vllm.block_counts(block, k)
     usage = _dict(body, "usage")
     output = _need(usage, "completion_tokens", "usage")
     choice = _choice(body)
@@ -198,8 +171,8 @@ def _sglang(body: dict[str, Any], spec: SpecMeta | None) -> Reading:
     where = "meta_info"
     completion = _need(meta, "completion_tokens", where)
     counts = None
-    if any(meta.get(key) is not None for key in _SGLANG_SPEC_KEYS):
-        counts = _sglang_counts(meta, completion, _need_k(spec, f"{where}.spec_verify_ct"))
+    if any(meta.get(key) is not None for key in sglang.SPEC_KEYS):
+        counts = sglang.spec_counts(meta, completion, _need_k(spec, f"{where}.spec_verify_ct"))
     elif spec is not None:
         counts = SpecCounts(spec.num_speculative_tokens, 0, 0, 0)  # S = 0: nothing drafted
     finish = meta.get("finish_reason")
@@ -219,35 +192,6 @@ def _sglang(body: dict[str, Any], spec: SpecMeta | None) -> Reading:
                    opt_int(meta, "prompt_tokens", where), decode_ms, counts)
 
 
-def _sglang_counts(meta: dict[str, Any], completion: int, k: int) -> SpecCounts:
-    """As ``monitor.adapters.sglang``: the newest field names first; proposed defaults to
-    S x k, accepted comes from the histogram, the rate or the accept length."""
-    where = "meta_info"
-    steps = _need(meta, "spec_verify_ct", where)
-    if steps == 0:
-        return SpecCounts(k, 0, 0, 0)
-    drafted = _first_int(*((meta, key, where) for key in PROPOSED_KEYS))
-    if drafted is None:
-        drafted = steps * k
-    hist_key = next((key for key in HISTOGRAM_KEYS if meta.get(key) is not None), None)
-    hist = meta.get(hist_key) if hist_key else None
-    accepted = _first_int(*((meta, key, where) for key in ACCEPTED_KEYS))
-    if accepted is None and hist is not None:
-        accepted = from_histogram(hist, k, f"{where}.{hist_key}")[2]
-    if accepted is None:
-        rate = opt_number(meta, "spec_accept_rate", where)
-        if rate is not None:
-            accepted = round(rate * drafted)
-        else:
-            accepted = accepted_from_accept_length(
-                opt_number(meta, "spec_accept_length", where), steps, completion)
-    check_counts(drafted, accepted, where)
-    per_position = None
-    if hist is not None:
-        per_position, _ = check_histogram(hist, k, f"{where}.{hist_key}", accepted, steps)
-    return SpecCounts(k, drafted, accepted, steps, per_position)
-
-
 def _trtllm(body: dict[str, Any], spec: SpecMeta | None) -> Reading:
     choice = _choice(body) or {}
     where = "choices[0].speculative_decoding"
@@ -255,16 +199,7 @@ def _trtllm(body: dict[str, Any], spec: SpecMeta | None) -> Reading:
     counts = None
     if isinstance(block, dict):
         k = opt_int(block, "num_spec_tokens", where, minimum=1) or _need_k(spec, where)
-        drafted = _need(block, "total_draft_tokens", where)
-        accepted = _need(block, "total_accepted_draft_tokens", where)
-        steps = opt_int(block, "num_spec_steps", where)
-        check_counts(drafted, accepted, where)
-        per_position = None
-        hist = block.get("acceptance_histogram")
-        if hist is not None:
-            per_position, steps = check_histogram(hist, k, f"{where}.acceptance_histogram",
-                                                  accepted, steps)
-        counts = SpecCounts(k, drafted, accepted, steps, per_position)
+        counts = trtllm.block_counts(block, k, where)
     elif block is not None:
         raise AdapterError(f"{where}: must be an object")
     elif spec is not None:

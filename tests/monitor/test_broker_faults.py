@@ -15,7 +15,6 @@ import json
 import signal
 import socket
 import subprocess
-import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,9 +25,8 @@ from typing import Any, cast
 import httpx
 import pytest
 from kafka import KafkaConsumer, TopicPartition
-from prometheus_client import CollectorRegistry
 
-from monitor.app import Application, dead_letter_producer
+from monitor.app import dead_letter_producer
 from monitor.broker import EmbeddedBroker
 from monitor.config import Config, KafkaConfig, load_config
 from monitor.deadletter import DeadLetterUnavailableError, KafkaDeadLetter
@@ -36,11 +34,11 @@ from monitor.sources.topics import ensure_topics
 from monitor.store.db import upgrade
 from monitor.store.store import Store
 from monitor.telemetry.event import Rejection
+from tests.fixtures.daemon import Daemon
 from tests.fixtures.faultproxy import FaultProxy
-from tests.fixtures.process import free_port
-from tests.helpers import oracle, produce, read_jsonl, table, wait_for
+from tests.fixtures.process import free_port, terminate
+from tests.helpers import assert_exact, produce, simulated, wait_for
 from tests.monitor.test_daemon import LATENESS, PARTITIONS, daemon_config, stored_offsets
-from tests.monitor.test_db_faults import scrape
 
 
 @dataclass
@@ -80,53 +78,12 @@ def proxied_broker() -> Iterator[ProxiedBroker]:
             yield ProxiedBroker(proc, proxy)
         finally:
             proc.send_signal(signal.SIGCONT)  # a failed test may leave it frozen
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            terminate(proc)
 
 
 @pytest.fixture(scope="module")
 def traffic(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    from monitor.cli import main
-
-    path = tmp_path_factory.mktemp("brokerfaults") / "events.jsonl"
-    assert main(["simulate", "--duration", "40m", "--rate", "3", "--seed", "62",
-                 "--duplicates", "0.02", "--out", str(path)]) == 0
-    return list(read_jsonl(path))
-
-
-class Daemon:
-    """An in-process daemon with its HTTP API on an ephemeral loopback port."""
-
-    def __init__(self, config: Config) -> None:
-        self.app = Application(config, registry=CollectorRegistry(), env={},
-                               http=("127.0.0.1", 0))
-        self.thread = threading.Thread(target=self.app.run, name="daemon")
-
-    def __enter__(self) -> Daemon:
-        self.thread.start()
-        wait_for(lambda: self.app.api is not None, timeout=30, what="the daemon's API")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.app.stop()
-        self.thread.join(timeout=60)
-        assert not self.thread.is_alive()
-
-    @property
-    def base(self) -> str:
-        assert self.app.api is not None
-        return self.app.api.url
-
-    def metric(self, name: str) -> float:
-        return scrape(self.base).get(name, float("nan"))
-
-    def ready(self) -> tuple[int, dict[str, Any]]:
-        r = httpx.get(f"{self.base}/readyz", timeout=30)
-        return r.status_code, r.json()
+    return simulated(tmp_path_factory.mktemp("brokerfaults"), duration="40m", seed=62)
 
 
 def setup(tmp_path: Path, broker: ProxiedBroker) -> tuple[Config, str]:
@@ -163,9 +120,7 @@ def broker_down(daemon: Daemon, store: Store, config: Config, committed: int) ->
 
 def exact(db: str, traffic: list[dict[str, Any]]) -> None:
     with Store(db) as store:
-        for granularity in ("minute", "hour", "day"):
-            assert table(store.ratios(granularity=granularity)) == oracle(
-                traffic, lateness=LATENESS, granularity=granularity), granularity
+        assert_exact(store, traffic, lateness=LATENESS)
 
 
 def test_connections_reset_refused_and_stalled(

@@ -24,7 +24,7 @@ from monitor.sources.kafka import source_id
 from monitor.sources.topics import ensure_topics
 from monitor.store.db import upgrade
 from monitor.store.store import Store
-from tests.helpers import oracle, produce, read_jsonl, table, wait_for
+from tests.helpers import oracle, produce, read_jsonl, simulated, table, wait_for
 from tests.monitor.telemetry.bad_inputs import bad_input_corpus
 
 PARTITIONS = 4
@@ -54,13 +54,8 @@ def daemon_config(tmp_path: Path, broker: EmbeddedBroker, db_url: str) -> Path:
 
 @pytest.fixture(scope="module")
 def events(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    from monitor.cli import main
-
-    path = tmp_path_factory.mktemp("daemon") / "events.jsonl"
     # Live traffic is recent: the daemon's retention removes minute rows older than 7 days.
-    assert main(["simulate", "--duration", "3h", "--rate", "3", "--seed", "11",
-                 "--duplicates", "0.02", "--out", str(path)]) == 0
-    return list(read_jsonl(path))
+    return simulated(tmp_path_factory.mktemp("daemon"), duration="3h", seed=11)
 
 
 def stored_offsets(store: Store, config: Config) -> int:

@@ -12,7 +12,6 @@ touched: only this test's connections go through the proxy, to a database of its
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,12 +19,9 @@ from typing import Any
 
 import httpx
 import pytest
-from prometheus_client import CollectorRegistry
-from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
-from monitor.app import Application
 from monitor.broker import EmbeddedBroker
 from monitor.config import Config, load_config
 from monitor.sources.topics import ensure_topics
@@ -33,10 +29,11 @@ from monitor.store.checkpoint import Checkpoint, PartitionCommit
 from monitor.store.db import is_unavailable, make_engine, upgrade
 from monitor.store.exceptions import StoreUnavailableError
 from monitor.store.store import Store
+from tests.fixtures.daemon import Daemon
 from tests.fixtures.db import _pg_database
 from tests.fixtures.faultproxy import COMMIT, FaultProxy
 from tests.fixtures.process import free_port
-from tests.helpers import oracle, produce, read_jsonl, table, wait_for
+from tests.helpers import assert_exact, produce, simulated, wait_for
 from tests.monitor.test_daemon import LATENESS, PARTITIONS, daemon_config, stored_offsets
 
 IO_TIMEOUT_S = 2.0  # the daemon's deadline for one PostgreSQL round trip
@@ -53,12 +50,7 @@ def pg_url() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def traffic(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    from monitor.cli import main
-
-    path = tmp_path_factory.mktemp("dbfaults") / "events.jsonl"
-    assert main(["simulate", "--duration", "1h", "--rate", "3", "--seed", "61",
-                 "--duplicates", "0.02", "--out", str(path)]) == 0
-    return list(read_jsonl(path))
+    return simulated(tmp_path_factory.mktemp("dbfaults"), duration="1h", seed=61)
 
 
 def through(url: str, proxy: FaultProxy) -> str:
@@ -66,47 +58,6 @@ def through(url: str, proxy: FaultProxy) -> str:
     return u.set(host=proxy.host, port=proxy.port,
                  query={**u.query, "connect_timeout": str(CONNECT_TIMEOUT_S)}
                  ).render_as_string(hide_password=False)
-
-
-def scrape(base: str) -> dict[str, float]:
-    """The unlabelled samples of /metrics (it must answer, outage or not)."""
-    r = httpx.get(f"{base}/metrics", timeout=10)
-    assert r.status_code == 200
-    return {s.name: s.value for fam in text_string_to_metric_families(r.text)
-            for s in fam.samples if not s.labels}
-
-
-class Daemon:
-    """An in-process daemon whose store goes through ``proxy``, with its HTTP API."""
-
-    def __init__(self, config: Config, url: str) -> None:
-        self.registry = CollectorRegistry()
-        self.app = Application(config, registry=self.registry, env={},
-                               store=Store(url, io_timeout=IO_TIMEOUT_S),
-                               http=("127.0.0.1", 0))
-        self.thread = threading.Thread(target=self.app.run, name="daemon")
-
-    def __enter__(self) -> Daemon:
-        self.thread.start()
-        wait_for(lambda: self.app.api is not None, timeout=30, what="the daemon's API")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.app.stop()
-        self.thread.join(timeout=60)
-        assert not self.thread.is_alive()
-
-    @property
-    def base(self) -> str:
-        assert self.app.api is not None
-        return self.app.api.url
-
-    def metric(self, name: str) -> float:
-        return scrape(self.base).get(name, float("nan"))
-
-    def ready(self) -> tuple[int, dict[str, Any]]:
-        r = httpx.get(f"{self.base}/readyz", timeout=30)
-        return r.status_code, r.json()
 
 
 def outage(daemon: Daemon, store: Store, config: Config, committed: int) -> None:
@@ -150,7 +101,8 @@ def test_store_outages_pause_ingestion_and_lose_nothing(
     send: Callable[[list[dict[str, Any]]], int] = lambda evs: produce(  # noqa: E731
         broker.bootstrap_servers, config.kafka.topic, evs, batch=3)
     with FaultProxy((u.host or "127.0.0.1", u.port or 5432)) as proxy, \
-            Store(pg_url) as store, Daemon(config, through(pg_url, proxy)) as daemon:
+            Store(pg_url) as store, \
+            Daemon(config, Store(through(pg_url, proxy), io_timeout=IO_TIMEOUT_S)) as daemon:
         messages = send(chunks[0])
         recovered(daemon, store, config, messages)
 
@@ -184,9 +136,7 @@ def test_store_outages_pause_ingestion_and_lose_nothing(
         assert daemon.metric("specwatch_store_errors_total") >= 5
         assert proxy.resets > 0 and proxy.refused > 0
     with Store(pg_url) as store:
-        for granularity in ("minute", "hour", "day"):
-            assert table(store.ratios(granularity=granularity)) == oracle(
-                traffic, lateness=LATENESS, granularity=granularity), granularity
+        assert_exact(store, traffic, lateness=LATENESS)
 
 
 # -- the store on its own ------------------------------------------------------------------------

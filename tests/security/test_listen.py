@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,6 @@ from monitor.cli import build_parser
 from monitor.store.store import Store
 from tests.fixtures.process import free_port
 from tests.helpers import wait_for
-from tests.monitor.api import bare_store
 from tests.security import ROOT, listening_addresses, specwatch
 
 PUBLIC = ["0.0.0.0", "::", "::ffff:0.0.0.0", "10.1.2.3", "192.0.2.7", "2001:db8::1",
@@ -31,15 +29,6 @@ LOOPBACK = ["127.0.0.1", "127.8.9.10", "::1", "localhost", "LocalHost.", "::ffff
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPECWATCH_")}
     return {**env, "PYTHONUNBUFFERED": "1", **extra}
-
-
-@pytest.fixture
-def bare() -> Iterator[Store]:
-    store = bare_store()
-    try:
-        yield store
-    finally:
-        store.close()
 
 
 @pytest.mark.parametrize(("value", "expected"), [

@@ -5,7 +5,6 @@ the token fails them unless it is added to ``OPEN_PATHS`` (and ``docs/security.m
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -74,15 +73,6 @@ def _body(method: str) -> dict[str, Any] | None:
     # A valid body, so that with the token the answer is the route's own, not a 400.
     return {"route": "code", "duration": "1h", "reason": "security test"} \
         if method == "POST" else None
-
-
-@pytest.fixture
-def bare() -> Iterator[Store]:
-    store = bare_store()
-    try:
-        yield store
-    finally:
-        store.close()
 
 
 def test_the_route_table_is_what_the_document_and_the_docs_say(bare: Store) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterator
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -13,18 +12,9 @@ from monitor.api.app import create_app
 from monitor.api.auth import bearer_ok, token_from_env
 from monitor.api.exceptions import ApiConfigError
 from monitor.store.store import Store
-from tests.monitor.api import TestClient, bare_store
+from tests.monitor.api import TestClient
 
 TOKEN = "s3cret-Token_0123456789abcdef"
-
-
-@pytest.fixture
-def bare() -> Iterator[Store]:
-    store = bare_store()
-    try:
-        yield store
-    finally:
-        store.close()
 
 
 def _auth(token: str) -> dict[str, str]:

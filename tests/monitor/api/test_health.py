@@ -12,19 +12,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter
 from monitor.api.app import create_app
 from monitor.store.db import head_revision, upgrade
 from monitor.store.store import Store
-from tests.monitor.api import TestClient, bare_store
+from tests.monitor.api import TestClient
 
 # Nothing listens on port 1: connecting is refused at once.
 UNREACHABLE = "postgresql+psycopg://specwatch:hunter2@127.0.0.1:1/nowhere"
-
-
-@pytest.fixture
-def bare() -> Iterator[Store]:
-    store = bare_store()
-    try:
-        yield store
-    finally:
-        store.close()
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ the test broker."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,13 +11,13 @@ from typing import Any
 
 import orjson
 import pytest
-from kafka import KafkaConsumer, TopicPartition
 from prometheus_client import CollectorRegistry
 
 from monitor.proxy.app import ProxyApp
 from monitor.proxy.config import ProxyConfig
 from monitor.proxy.server import ProxyServer
 from monitor.publish import Publisher
+from tests.helpers import read_topic
 from tests.monitor.proxy.fake_engine import FakeEngine, serve
 
 TARGET = {"model": "qwen2.5-coder-1.5b", "revision": "sha256:cc32", "tokenizer": "qwen2"}
@@ -93,36 +92,12 @@ class Record:
 
 def read_records(bootstrap: str, topic: str, expected: int, timeout: float = 30.0
                  ) -> list[Record]:
-    """Records of ``topic`` until they hold ``expected`` events (assign + earliest)."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                             enable_auto_commit=False)
-    try:
-        deadline = time.monotonic() + timeout
-        partitions = None
-        while not partitions and time.monotonic() < deadline:
-            partitions = consumer.partitions_for_topic(topic)
-            if not partitions:
-                time.sleep(0.1)
-        assert partitions, f"topic {topic} has no partitions"
-        consumer.assign([TopicPartition(topic, p) for p in partitions])
-        records: list[Record] = []
-        seen = 0
-        while seen < expected and time.monotonic() < deadline:
-            for batch in consumer.poll(timeout_ms=300).values():
-                for r in batch:
-                    value = orjson.loads(r.value)
-                    events = value if isinstance(value, list) else [value]
-                    records.append(Record(r.key, r.partition, events))
-                    seen += len(events)
-        # anything beyond what was expected would be a bug too: one more short poll
-        for batch in consumer.poll(timeout_ms=300).values():
-            for r in batch:
-                value = orjson.loads(r.value)
-                records.append(Record(r.key, r.partition,
-                                      value if isinstance(value, list) else [value]))
-        return records
-    finally:
-        consumer.close()
+    """Records of ``topic`` until they hold ``expected`` events, and any beyond them."""
+    records = []
+    for r in read_topic(bootstrap, topic, expected, timeout, extra_poll=True):
+        value = orjson.loads(r.value)
+        records.append(Record(r.key, r.partition, value if isinstance(value, list) else [value]))
+    return records
 
 
 def read_events(bootstrap: str, topic: str, expected: int, timeout: float = 30.0

@@ -12,8 +12,8 @@ import orjson
 import pytest
 
 from monitor.simulate import register
+from tests.helpers import read_topic
 from tests.monitor.simulate.shape import check_event, ts_of
-from tests.monitor.simulate.test_kafka import read_all
 
 START = "2026-11-02T12:00:00Z"
 
@@ -113,7 +113,7 @@ def test_kafka(broker: Any, capsys: pytest.CaptureFixture[str]) -> None:
                broker.bootstrap_servers, "--topic", topic, "--batch-size", "25") == 0
     summary = capsys.readouterr().err
     sent = int(summary.split(" events")[0].rsplit(" ", 1)[1])
-    records = read_all(broker.bootstrap_servers, topic, sent)
+    records = read_topic(broker.bootstrap_servers, topic, sent)
     assert sum(len(orjson.loads(r.value)) for r in records) == sent
 
 
@@ -126,7 +126,7 @@ def test_kafka_realtime(broker: Any) -> None:
                "--kafka", broker.bootstrap_servers, "--topic", topic) == 0
     elapsed = time.time() - started
     assert 0.8 < elapsed < 10
-    records = read_all(broker.bootstrap_servers, topic, 500)
+    records = read_topic(broker.bootstrap_servers, topic, 500)
     events = [e for r in records for e in orjson.loads(r.value)]
     assert 500 < len(events) < 2500
     assert all(started - 1 < ts_of(e) < started + elapsed + 1 for e in events)

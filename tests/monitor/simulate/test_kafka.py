@@ -7,37 +7,11 @@ from typing import Any
 
 import orjson
 import pytest
-from kafka import KafkaConsumer, TopicPartition
 
 from monitor.simulate import KafkaWriter, SimulationConfig, Simulator
+from tests.helpers import read_topic
 
 pytestmark = pytest.mark.broker
-
-
-def read_all(bootstrap: str, topic: str, expected: int, timeout: float = 30.0) -> list[Any]:
-    """Every record of ``topic`` (assign + earliest, no consumer group)."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                             enable_auto_commit=False)
-    try:
-        deadline = time.monotonic() + timeout
-        partitions = None
-        while not partitions and time.monotonic() < deadline:
-            partitions = consumer.partitions_for_topic(topic)
-            if not partitions:
-                time.sleep(0.1)
-        assert partitions, f"topic {topic} has no partitions"
-        consumer.assign([TopicPartition(topic, p) for p in partitions])
-        records: list[Any] = []
-        seen = 0
-        while seen < expected and time.monotonic() < deadline:
-            for batch in consumer.poll(timeout_ms=500).values():
-                for record in batch:
-                    records.append(record)
-                    value = orjson.loads(record.value)
-                    seen += len(value) if isinstance(value, list) else 1
-        return records
-    finally:
-        consumer.close()
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +28,7 @@ def test_all_events_arrive_batched_and_keyed_by_route(broker: Any, events: list[
     assert writer.messages < len(events) / 10
     assert writer.per_route == Counter(e["route"] for e in events)
 
-    records = read_all(broker.bootstrap_servers, topic, len(events))
+    records = read_topic(broker.bootstrap_servers, topic, len(events))
     received: list[dict[str, Any]] = []
     partition_of: dict[str, set[int]] = {}
     for record in records:
@@ -80,7 +54,7 @@ def test_batch_size_one_sends_single_objects(broker: Any, events: list[Any]) -> 
     for e in some:
         writer.write(e)
     writer.close()
-    records = read_all(broker.bootstrap_servers, topic, len(some))
+    records = read_topic(broker.bootstrap_servers, topic, len(some))
     values = [orjson.loads(r.value) for r in records]
     assert all(isinstance(v, dict) for v in values)
     assert all(r.key.decode() == v["route"] for r, v in zip(records, values, strict=True))
@@ -92,7 +66,7 @@ def test_large_batches_are_split_by_size(broker: Any, events: list[Any]) -> None
     with KafkaWriter(broker.bootstrap_servers, topic, batch_size=10_000,
                      max_message_bytes=20_000) as writer:
         writer.write_all(events)
-    records = read_all(broker.bootstrap_servers, topic, len(events))
+    records = read_topic(broker.bootstrap_servers, topic, len(events))
     assert all(len(r.value) <= 20_000 for r in records)
     assert sum(len(orjson.loads(r.value)) for r in records) == len(events)
 
