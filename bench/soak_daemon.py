@@ -13,6 +13,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,8 +44,23 @@ TICKS = os.sysconf("SC_CLK_TCK")
 PR_SET_PDEATHSIG = 1
 
 
+# Set by SIGINT/SIGTERM in the benchmark: every wait checks it, so a stop request ends the
+# run within a second instead of surfacing as a KeyboardInterrupt inside a Kafka client.
+STOP = threading.Event()
+
+
 class DaemonDied(RuntimeError):
     """The daemon under test exited on its own; the message holds the end of its log."""
+
+
+class Interrupted(Exception):
+    """The benchmark was asked to stop (Ctrl-C, SIGTERM)."""
+
+
+def pause(seconds: float) -> None:
+    """Sleep, unless asked to stop: then raise :class:`Interrupted`."""
+    if STOP.wait(max(0.0, seconds)):
+        raise Interrupted
 
 
 # -- /proc -------------------------------------------------------------------------------------
@@ -187,10 +203,15 @@ def daemon_env(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
+# Loaded here, not in the child: a dlopen between fork and exec could wait forever on a
+# loader lock that another thread of this process held at the fork.
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
 def _die_with_parent() -> None:
     """In the child before exec: SIGTERM when the benchmark dies, even by SIGKILL (Linux
     PR_SET_PDEATHSIG), so that no daemon outlives a killed soak."""
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class Daemon:
@@ -248,7 +269,7 @@ class Daemon:
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-            time.sleep(interval)
+            pause(interval)
 
     def memory(self) -> dict[str, int]:
         """``rss`` and ``peak`` resident bytes."""
@@ -273,8 +294,15 @@ class Daemon:
         except OSError:
             return ""
 
-    def stop(self, timeout: float = 60.0) -> int | None:
-        """SIGTERM (a final checkpoint, then exit 0), SIGKILL after ``timeout``; the exit code."""
+    def stop(self, timeout: float | None = None) -> int | None:
+        """SIGTERM (a final checkpoint, then exit 0), SIGKILL after ``timeout``; the exit code.
+
+        The default timeout is 60 s, or 20 s when the run was interrupted: a terminal's
+        Ctrl-C also stops the broker, and the daemon may then wait on it (a SIGKILL loses
+        nothing: the next start resumes from the last checkpoint).
+        """
+        if timeout is None:
+            timeout = 20.0 if STOP.is_set() else 60.0
         proc, self.proc = self.proc, None
         self._http.close()
         if proc is None:
