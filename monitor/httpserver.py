@@ -12,6 +12,7 @@ import logging
 import signal
 import socket
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 
 import uvicorn
@@ -73,7 +74,7 @@ class _Server(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
-class ThreadedServer:
+class ThreadedServer(ABC):
     """uvicorn serving on ``host:port`` (port 0: a free one, see ``port`` after binding).
 
     ``label`` names the server in errors ("the {label} did not start on ..."), ``thread_name``
@@ -91,8 +92,9 @@ class ThreadedServer:
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
+    @abstractmethod
     def _config(self) -> uvicorn.Config:
-        raise NotImplementedError
+        """The uvicorn settings of this server (its app, parser, headers, logging)."""
 
     @property
     def url(self) -> str:

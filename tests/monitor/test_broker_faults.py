@@ -165,6 +165,7 @@ def test_broker_frozen_and_thawed(
             broker_down(daemon, store, config, messages)
         finally:
             proxied_broker.process.send_signal(signal.SIGCONT)
+        assert proxied_broker.process.poll() is None  # thawed, the same broker: no data lost
         messages += produce(bootstrap, topic, traffic[half:], batch=3)
         consumed(daemon, store, config, messages)
     exact(db, traffic)

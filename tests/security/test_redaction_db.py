@@ -117,6 +117,7 @@ def test_store_config_and_logs_at_debug_never_show_it(pg_url: str) -> None:
 def test_failed_connections_never_quote_it(url: str) -> None:
     with all_logs() as logs:
         text = _failure(url)
+    assert "Error" in text  # it failed, with a message to search
     assert_no_secret([text], [DB_PASSWORD], "the exception")
     assert_no_secret(logs.lines, [DB_PASSWORD], "the logs")
 
