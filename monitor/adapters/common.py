@@ -14,7 +14,7 @@ from typing import Any
 
 from monitor.adapters.defaults import Defaults
 from monitor.exceptions import SpecwatchError
-from monitor.telemetry.serialize import format_ts, spec_block
+from monitor.telemetry.serialize import format_ts, request_tail, spec_block
 
 __all__ = [
     "NOTE_KEY",
@@ -354,17 +354,9 @@ def build_event(
         check_counts(spec.drafted, spec.accepted, "speculative stats")
         event["spec"] = spec_block(spec.num_speculative_tokens, spec.drafted, spec.accepted,
                                    spec.verify_steps, spec.per_position, defaults.method)
-    if prompt_tokens is not None:
-        event["prompt_tokens"] = prompt_tokens
-    event["output_tokens"] = output_tokens
-    # Rounded to the microsecond: float sums like 0.1 + 0.2 would print 17 digits otherwise.
-    # Rounding is monotonic, so ttft <= e2e still holds.
-    if ttft_ms is not None:
-        event["ttft_ms"] = round(ttft_ms, 3)
-    event["e2e_ms"] = round(e2e_ms, 3)
-    if defaults.instance is not None:
-        event["instance"] = defaults.instance
-    event["engine"] = engine
+    request_tail(event, output_tokens=output_tokens, e2e_ms=e2e_ms,
+                 prompt_tokens=prompt_tokens, ttft_ms=ttft_ms, instance=defaults.instance,
+                 engine=engine)
     if note is not None:
         event[NOTE_KEY] = note
     return event

@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from monitor.exceptions import SpecwatchError
-from monitor.telemetry.serialize import format_ts, spec_block
+from monitor.telemetry.serialize import format_ts, request_tail, spec_block
 
 __all__ = ["CountMismatch", "ModelId", "RequestCounts", "SpecCounter", "gguf_identity"]
 
@@ -141,18 +141,9 @@ class RequestCounts:
             if params:
                 spec["params"] = dict(params)
             event["spec"] = spec
-        if prompt_tokens is not None:
-            event["prompt_tokens"] = prompt_tokens
-        event["output_tokens"] = output_tokens
-        if ttft_ms is not None:
-            event["ttft_ms"] = round(ttft_ms, 3)
-        event["e2e_ms"] = round(e2e_ms, 3)
-        if temperature is not None:
-            event["temperature"] = temperature
-        if instance is not None:
-            event["instance"] = instance
-        event["engine"] = engine
-        return event
+        return request_tail(event, output_tokens=output_tokens, e2e_ms=e2e_ms,
+                            prompt_tokens=prompt_tokens, ttft_ms=ttft_ms,
+                            temperature=temperature, instance=instance, engine=engine)
 
 
 class SpecCounter:

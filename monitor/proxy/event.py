@@ -7,7 +7,7 @@ from typing import Any
 
 from monitor.proxy.config import ModelMeta
 from monitor.proxy.counters import Reading
-from monitor.telemetry.serialize import format_ts, spec_block
+from monitor.telemetry.serialize import format_ts, request_tail, spec_block
 
 __all__ = ["failed_event", "request_event"]
 
@@ -31,19 +31,6 @@ def _base(
         if d.pinned_target_revision is not None:
             draft["pinned_target_revision"] = d.pinned_target_revision
         event["draft"] = draft
-    return event
-
-
-def _tail(event: dict[str, Any], e2e_ms: float, ttft_ms: float | None,
-          instance: str | None, engine: str | None) -> dict[str, Any]:
-    # Rounded to the microsecond; rounding is monotonic, so ttft <= e2e still holds.
-    if ttft_ms is not None:
-        event["ttft_ms"] = round(ttft_ms, 3)
-    event["e2e_ms"] = round(e2e_ms, 3)
-    if instance is not None:
-        event["instance"] = instance
-    if engine is not None:
-        event["engine"] = engine
     return event
 
 
@@ -73,13 +60,12 @@ def request_event(
         if spec_meta is not None and spec_meta.params:
             spec["params"] = dict(spec_meta.params)
         event["spec"] = spec
-    if reading.prompt_tokens is not None:
-        event["prompt_tokens"] = reading.prompt_tokens
-    event["output_tokens"] = reading.output_tokens
     if ttft_ms is None and reading.decode_ms is not None:
         ttft_ms = max(0.0, e2e_ms - reading.decode_ms)
-    return _tail(event, e2e_ms, ttft_ms if ttft_ms is None else min(ttft_ms, e2e_ms),
-                 instance, reading.engine)
+    return request_tail(event, output_tokens=reading.output_tokens, e2e_ms=e2e_ms,
+                        prompt_tokens=reading.prompt_tokens,
+                        ttft_ms=ttft_ms if ttft_ms is None else min(ttft_ms, e2e_ms),
+                        instance=instance, engine=reading.engine)
 
 
 def failed_event(
@@ -100,5 +86,5 @@ def failed_event(
     so it counts in the same series as the route's other requests.
     """
     event = _base(request_id=request_id, ts=ts, route=route, status=status, meta=meta)
-    event["output_tokens"] = 0
-    return _tail(event, e2e_ms, None, instance, engine)
+    return request_tail(event, output_tokens=0, e2e_ms=e2e_ms, instance=instance,
+                        engine=engine)

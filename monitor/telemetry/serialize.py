@@ -49,6 +49,40 @@ def spec_block(
     return spec
 
 
+def request_tail(
+    event: dict[str, Any],
+    *,
+    output_tokens: int,
+    e2e_ms: float,
+    prompt_tokens: int | None = None,
+    ttft_ms: float | None = None,
+    temperature: float | None = None,
+    instance: str | None = None,
+    engine: str | None = None,
+) -> dict[str, Any]:
+    """Add the request's token counts, latencies and origin to ``event`` (every builder of
+    telemetry v1 ends the same way); returns ``event``.
+
+    >>> request_tail({}, output_tokens=3, e2e_ms=0.1 + 0.2, engine="x")
+    {'output_tokens': 3, 'e2e_ms': 0.3, 'engine': 'x'}
+    """
+    if prompt_tokens is not None:
+        event["prompt_tokens"] = prompt_tokens
+    event["output_tokens"] = output_tokens
+    # Rounded to the microsecond: float sums like 0.1 + 0.2 would print 17 digits otherwise.
+    # Rounding is monotonic, so ttft <= e2e still holds.
+    if ttft_ms is not None:
+        event["ttft_ms"] = round(ttft_ms, 3)
+    event["e2e_ms"] = round(e2e_ms, 3)
+    if temperature is not None:
+        event["temperature"] = temperature
+    if instance is not None:
+        event["instance"] = instance
+    if engine is not None:
+        event["engine"] = engine
+    return event
+
+
 def _ts_value(ts: float) -> str | float:
     """RFC 3339 when milliseconds say it exactly, else Unix seconds: a time read with more
     digits (``07.4121Z``, ``1793628187.4121``) must parse back to the same float.
