@@ -290,6 +290,8 @@ class Soak:
             "event_time_lag_s": metrics.get("specwatch_event_time_lag_seconds"),
             "rss_mb": mem["rss"] / MB,
             "peak_mb": mem["peak"] / MB,
+            "rss_anon_mb": mem["anon"] / MB,
+            "rss_file_mb": mem["file"] / MB,
             "cpu_s": cpu,
             "cpu_pct": 100.0 * (cpu - prev["cpu_s"]) / dt if prev and dt > 0 else None,
             "broker_rss_mb": _broker_rss(self.broker),

@@ -272,9 +272,12 @@ class Daemon:
             pause(interval)
 
     def memory(self) -> dict[str, int]:
-        """``rss`` and ``peak`` resident bytes."""
+        """``rss`` and ``peak`` resident bytes; ``anon`` (heap) and ``file`` (mapped files,
+        SQLite's shared memory among them) are the parts of ``rss`` a step can come from."""
         status = proc_status(self.pid)
-        return {"rss": status.get("VmRSS", 0), "peak": status.get("VmHWM", 0)}
+        return {"rss": status.get("VmRSS", 0), "peak": status.get("VmHWM", 0),
+                "anon": status.get("RssAnon", 0),
+                "file": status.get("RssFile", 0) + status.get("RssShmem", 0)}
 
     def cpu(self) -> float:
         return cpu_seconds(self.pid)

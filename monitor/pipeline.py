@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any, Protocol
 
 import orjson
@@ -23,6 +23,7 @@ from monitor.aggregate.bucket import BucketStats
 from monitor.aggregate.series import SeriesKey
 from monitor.config import IngestConfig
 from monitor.deadletter import DeadLetterSink
+from monitor.dedup import SeenIds
 from monitor.metrics import IngestMetrics
 from monitor.store.checkpoint import Checkpoint, PartitionCommit, PartitionState
 from monitor.store.exceptions import FencedError
@@ -99,28 +100,15 @@ class PartitionTracker:
     next_offset: int | None
     expected_offset: int | None
     max_ts: float
-    seen: dict[str, float]
-    order: deque[tuple[float, str]] = field(default_factory=deque)
+    seen: SeenIds
     new_ids: list[tuple[float, str]] = field(default_factory=list)
     dirty: bool = False
 
     @classmethod
     def from_state(cls, state: PartitionState, horizon: float) -> PartitionTracker:
         max_ts = state.max_event_ts if state.max_event_ts is not None else NEG_INF
-        cutoff = max_ts - horizon
-        seen = {rid: ts for rid, ts in state.seen.items() if ts >= cutoff}
-        order = deque(sorted((ts, rid) for rid, ts in seen.items()))
-        return cls(state.next_offset, state.next_offset, max_ts, seen, order)
-
-    def prune(self, horizon: float) -> None:
-        # Ids leave in arrival order; one late id can hold back older ones for a while,
-        # which only keeps them longer than needed, never shorter.
-        cutoff = self.max_ts - horizon
-        order, seen = self.order, self.seen
-        while order and order[0][0] < cutoff:
-            _, rid = order.popleft()
-            if seen.get(rid, cutoff) < cutoff:
-                del seen[rid]
+        seen = SeenIds.from_items(state.seen.items(), horizon, max_ts)
+        return cls(state.next_offset, state.next_offset, max_ts, seen)
 
 
 @dataclass(slots=True)
@@ -312,7 +300,7 @@ class Pipeline:
         key: bytes | None,
         events: list[Event],
     ) -> int:
-        seen, order, new_ids = tracker.seen, tracker.order, tracker.new_ids
+        seen, new_ids = tracker.seen, tracker.new_ids
         pending = self._pending
         observer = self.observer
         lateness = self._lateness
@@ -320,9 +308,12 @@ class Pipeline:
         counted = 0
         counted_events: list[Event] = []
         late: list[Rejection] | None = None
+        known = seen.among([e.request_id for e in events])
+        fresh: set[str] = set()  # ids first seen in this message: added to ``seen`` below
+        first_new = len(new_ids)
         for e in events:
             rid = e.request_id
-            if rid in seen:
+            if rid in known or rid in fresh:
                 self.summary.duplicates += 1
                 self.metrics.duplicate_events.inc()
                 continue
@@ -340,10 +331,8 @@ class Pipeline:
                 continue
             if ts > max_ts:
                 max_ts = ts
-            seen[rid] = ts
-            item = (ts, rid)
-            order.append(item)
-            new_ids.append(item)
+            fresh.add(rid)
+            new_ids.append((ts, rid))
             # A plain tuple is cheaper to build than a SeriesKey; checkpoint() converts.
             bucket_key = (
                 e.route, e.target_model, e.target_revision, e.target_tokenizer,
@@ -358,6 +347,8 @@ class Pipeline:
                 counted_events.append(e)
             counted += 1
         tracker.max_ts = max_ts
+        if fresh:
+            seen.add_many(islice(new_ids, first_new, None))
         if counted_events:
             observer.observe(partition, counted_events)  # type: ignore[union-attr]
         if late:
@@ -449,7 +440,7 @@ class Pipeline:
             t.expected_offset = t.next_offset
             t.new_ids = []
             t.dirty = False
-            t.prune(self._horizon)
+            t.seen.prune(t.max_ts)
         self._pending = {}
         self._pending_events = 0
         self._applied_baselines.clear()
