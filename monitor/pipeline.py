@@ -13,7 +13,6 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from itertools import islice
 from typing import Any, Protocol
 
 import orjson
@@ -173,7 +172,8 @@ class Pipeline:
         # (*series key fields, minute bucket start) -> statistics since the last checkpoint
         self._pending: dict[tuple[Any, ...], BucketStats] = {}
         self._pending_events = 0
-        self._last_checkpoint = clock()
+        self._last_checkpoint = clock()  # when the newest checkpoint started
+        self._pause_until = self._last_checkpoint  # no checkpoint by count or age before this
         self._lateness = config.allowed_lateness
         self._horizon = config.dedup_horizon
 
@@ -348,7 +348,7 @@ class Pipeline:
             counted += 1
         tracker.max_ts = max_ts
         if fresh:
-            seen.add_many(islice(new_ids, first_new, None))
+            seen.add_many(new_ids[first_new:])
         if counted_events:
             observer.observe(partition, counted_events)  # type: ignore[union-attr]
         if late:
@@ -376,9 +376,10 @@ class Pipeline:
     # -- checkpoints -------------------------------------------------------------------------
 
     def due(self) -> bool:
-        return (
+        now = self._clock()
+        return now >= self._pause_until and (
             self._pending_events >= self.config.checkpoint_max_events
-            or self._clock() - self._last_checkpoint >= self.config.checkpoint_interval
+            or now - self._last_checkpoint >= self.config.checkpoint_interval
         )
 
     def checkpoint(self) -> bool:
@@ -388,6 +389,16 @@ class Pipeline:
         their stored state) and seek back to the stored offsets.
         """
         self._last_checkpoint = self._clock()
+        try:
+            return self._checkpoint()
+        finally:
+            cfg, end = self.config, self._clock()
+            self._pause_until = end + min(
+                cfg.checkpoint_max_pause,
+                cfg.checkpoint_pause_factor * (end - self._last_checkpoint),
+            )
+
+    def _checkpoint(self) -> bool:
         dirty = {p: t for p, t in self._partitions.items() if t.dirty}
         observer, alerting = self.observer, self.alerting
         decided = (observer is not None and observer.pending) or bool(self._applied_baselines)
