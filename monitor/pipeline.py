@@ -388,15 +388,15 @@ class Pipeline:
         Returns ``False`` when fenced: the caller must re-assign its partitions (which reloads
         their stored state) and seek back to the stored offsets.
         """
-        self._last_checkpoint = self._clock()
-        try:
-            return self._checkpoint()
-        finally:
+        started = self._last_checkpoint = self._clock()
+        committed = self._checkpoint()
+        if committed:
+            # Only a committed checkpoint's cost counts: a failed or fenced one says nothing
+            # about the next, which must come as soon as the store or the partitions allow.
             cfg, end = self.config, self._clock()
             self._pause_until = end + min(
-                cfg.checkpoint_max_pause,
-                cfg.checkpoint_pause_factor * (end - self._last_checkpoint),
-            )
+                cfg.checkpoint_max_pause, cfg.checkpoint_pause_factor * (end - started))
+        return committed
 
     def _checkpoint(self) -> bool:
         dirty = {p: t for p, t in self._partitions.items() if t.dirty}

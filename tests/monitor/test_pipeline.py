@@ -260,3 +260,25 @@ def test_revoke_hands_detector_state_over_through_the_store() -> None:
     p.assign([0])  # e.g. the partition came back after a rebalance
     assert detection.loaded and detection.owned == {0}
     assert [s["labels"]["route"] for s in detection.recommendations()] == ["code"]
+
+
+def test_a_checkpoint_that_fails_slowly_does_not_pause_the_next() -> None:
+    now = [0.0]
+    store = MemoryStore()
+    real_commit = store.commit
+
+    def stalled_then_gone(cp: Checkpoint) -> None:
+        now[0] += 30.0  # the store's deadline
+        raise RuntimeError("database went away")
+
+    p = Pipeline(store, "t", IngestConfig(checkpoint_interval=2.0, checkpoint_max_events=1),
+                 IngestMetrics(CollectorRegistry()), CountingDeadLetter(), clock=lambda: now[0])
+    p.assign([0])
+    p.process(0, 0, msg(ev("a", 1.0)))
+    store.commit = stalled_then_gone  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        p.checkpoint()
+    store.commit = real_commit  # type: ignore[method-assign]
+    p.assign([0])  # what the daemon does once the store answers again
+    p.process(0, 0, msg(ev("a", 1.0)))
+    assert p.due()
