@@ -1,9 +1,11 @@
-"""Scale-out: three ``specwatch run`` daemons in one consumer group, and a ``kill -9``.
+"""Scale-out: three ``specwatch run`` daemons in one consumer group that join, die and come back.
 
 Traffic is keyed by route on a six-partition topic, so each daemon reads (and judges) the
-routes of its partitions. One daemon that holds no delivery lease is killed mid-traffic
-once incidents on its routes have paged; the two survivors take its partitions over, restore
-its routes' detector and alert state from the store and go on. Afterwards:
+routes of its partitions. Two daemons join the first; one that holds no delivery lease is
+killed mid-traffic once incidents on its routes have paged; the two survivors take its
+partitions over, restore its routes' detector and alert state from the store and go on.
+Then it comes back while incidents are still open: the survivors hand partitions over, and
+it goes on from their stored state. Afterwards:
 
 - the minute, hour and day tables equal the produced traffic exactly;
 - the alert records equal a single-process replay of the same traffic, record for record
@@ -72,6 +74,7 @@ INCIDENTS = (
 )
 FIRST = 2 * HOUR  # event time of the first stretch, produced before the kill
 KILLED_IN = 2.5 * HOUR  # the second stretch is produced while the victim dies
+BACK_IN = 3 * HOUR  # the third is read by the survivors alone; then the victim comes back
 SETTINGS = (
     # Silence and idle pairs are judged by the wall clock live (see the module docstring).
     "detection:\n  stale_after: 2d\n  idle_pair_resolve: 2d\n"
@@ -200,7 +203,7 @@ def _spread(daemons: list[Daemon]) -> dict[str, set[int]] | None:
     return owned if set(every) == set(range(PARTITIONS)) else None
 
 
-def test_three_daemons_share_the_routes_and_a_kill_9_loses_nor_repeats_anything(
+def test_three_daemons_share_the_routes_and_a_kill_9_and_a_return_lose_nor_repeat_anything(
     broker: EmbeddedBroker, db_url: str, tmp_path: Path, traffic: Traffic,
     running: list[Daemon],
 ) -> None:
@@ -285,18 +288,35 @@ def test_three_daemons_share_the_routes_and_a_kill_9_loses_nor_repeats_anything(
         taken = until(lambda: _spread(survivors), 120, "the survivors taking all partitions")
         assert victim_parts <= set().union(*taken.values())
         messages += produce(broker.bootstrap_servers, topic,
-                            traffic.between(KILLED_IN, 10 * HOUR), batch=3)
+                            traffic.between(KILLED_IN, BACK_IN), batch=3)
+        until(lambda: _stored(store, config, range(PARTITIONS)) == messages, 180,
+              f"the {messages} messages up to the return checkpointed")
+
+        # 5. It comes back: the survivors hand partitions over while incidents are open,
+        # and the newcomer goes on from their stored state.
+        back = _start(f"{victim.name}-back", cfg, env, tmp_path)
+        running.append(back)
+        members = [*survivors, back]
+        again = until(lambda: _spread(members), 120, "six partitions spread over three again")
+        back_parts = again[back.name]
+        read_before = _stored(store, config, back_parts)
+        messages += produce(broker.bootstrap_servers, topic,
+                            traffic.between(BACK_IN, 10 * HOUR), batch=3)
         until(lambda: _stored(store, config, range(PARTITIONS)) == messages, 180,
               f"all {messages} messages checkpointed")
         until(settled, 120, "every decided notification delivered")
+        # Range assignment gives each member a pair of partitions, and every pair carries a
+        # route: the returned daemon judged traffic of its own.
+        assert _stored(store, config, back_parts) > read_before, (again, route_partition)
+        assert _spread(members) == again, "no rebalance after the return"
 
         rows = store.alerting.outbox()
         episodes = store.alerting.episodes()
         live = sorted((a.to_json() for a in store.alerts()), key=_record_key)
         tables = {g: table(store.ratios(granularity=g)) for g in ("minute", "hour", "day")}
-        for d in survivors:
+        for d in members:
             d.proc.send_signal(signal.SIGTERM)
-        for d in survivors:
+        for d in members:
             assert d.proc.wait(timeout=60) == 0, d.tail()
 
     # Exact tables: nothing lost with the victim, nothing counted twice by the survivors.
