@@ -27,7 +27,8 @@ from tests.helpers import wait_for
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE_KEYS = {
     "t", "final", "produced", "committed", "processed", "in_rate", "out_rate", "lag_messages",
-    "lag_events", "event_time_lag_s", "rss_mb", "peak_mb", "cpu_s", "cpu_pct",
+    "lag_events", "event_time_lag_s", "rss_mb", "peak_mb", "rss_anon_mb", "rss_file_mb",
+    "cpu_s", "cpu_pct",
     "broker_rss_mb", "alerts_fired", "notified",
 }
 SUMMARY_KEYS = {
