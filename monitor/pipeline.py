@@ -172,8 +172,7 @@ class Pipeline:
         # (*series key fields, minute bucket start) -> statistics since the last checkpoint
         self._pending: dict[tuple[Any, ...], BucketStats] = {}
         self._pending_events = 0
-        self._last_checkpoint = clock()  # when the newest checkpoint started
-        self._pause_until = self._last_checkpoint  # no checkpoint by count or age before this
+        self._last_checkpoint = clock()
         self._lateness = config.allowed_lateness
         self._horizon = config.dedup_horizon
 
@@ -376,10 +375,9 @@ class Pipeline:
     # -- checkpoints -------------------------------------------------------------------------
 
     def due(self) -> bool:
-        now = self._clock()
-        return now >= self._pause_until and (
+        return (
             self._pending_events >= self.config.checkpoint_max_events
-            or now - self._last_checkpoint >= self.config.checkpoint_interval
+            or self._clock() - self._last_checkpoint >= self.config.checkpoint_interval
         )
 
     def checkpoint(self) -> bool:
@@ -388,17 +386,7 @@ class Pipeline:
         Returns ``False`` when fenced: the caller must re-assign its partitions (which reloads
         their stored state) and seek back to the stored offsets.
         """
-        started = self._last_checkpoint = self._clock()
-        committed = self._checkpoint()
-        if committed:
-            # Only a committed checkpoint's cost counts: a failed or fenced one says nothing
-            # about the next, which must come as soon as the store or the partitions allow.
-            cfg, end = self.config, self._clock()
-            self._pause_until = end + min(
-                cfg.checkpoint_max_pause, cfg.checkpoint_pause_factor * (end - started))
-        return committed
-
-    def _checkpoint(self) -> bool:
+        self._last_checkpoint = self._clock()
         dirty = {p: t for p, t in self._partitions.items() if t.dirty}
         observer, alerting = self.observer, self.alerting
         decided = (observer is not None and observer.pending) or bool(self._applied_baselines)
