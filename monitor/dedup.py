@@ -91,12 +91,7 @@ class SeenIds:
             ids.add(rid)  # type: ignore[union-attr]
 
     def add(self, rid: str, ts: float) -> None:
-        key = int(ts // self.width)
-        ids = self._by_slice.get(key)
-        if ids is None:
-            ids = self._by_slice[key] = set()
-            self._reorder()
-        ids.add(rid)
+        self.add_many(((ts, rid),))
 
     def prune(self, newest: float) -> None:
         """Forget the slices that end at or before ``newest - horizon``."""
