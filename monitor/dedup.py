@@ -70,7 +70,7 @@ class SeenIds:
     def among(self, rids: Iterable[str]) -> set[str]:
         """The ids of ``rids`` already seen: one C-level intersection per slice, which is
         cheaper than asking every slice for every id of a message."""
-        batch = rids if isinstance(rids, set | frozenset) else set(rids)
+        batch = set(rids)
         found: set[str] = set()
         for ids in self._newest_first:
             found |= ids.intersection(batch)
