@@ -8,6 +8,7 @@ loses or doubles no notification: the restart re-decides the same ones under the
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -16,9 +17,9 @@ from typing import Any
 from alerts.lifecycle import EpisodeRow, Lifecycle
 from alerts.metrics import AlertMetrics
 from alerts.notification import Notification
-from alerts.record import AlertRecord
 from alerts.routing import route_notification
 from alerts.silences import Silence
+from monitor.alert_record import AlertRecord
 from monitor.config import AlertingConfig
 
 __all__ = ["Alerting", "Decision"]
@@ -41,7 +42,9 @@ class Alerting:
     """The alert lifecycle of one source, routed to ``sinks``.
 
     ``deliver=False`` (a replay without ``--deliver``) decides and records everything but
-    writes no outbox rows: a backtest pages no one.
+    writes no outbox rows: a backtest pages no one. ``wall``: the clock reminders count from
+    once a notification went out (:class:`~alerts.lifecycle.Lifecycle`); ``None`` for event
+    time alone.
     """
 
     def __init__(
@@ -51,12 +54,13 @@ class Alerting:
         metrics: AlertMetrics | None = None,
         *,
         deliver: bool = True,
+        wall: Callable[[], float] | None = time.time,
     ) -> None:
         self.config = config
         self.sinks = list(sinks)
         self.metrics = metrics
         self.deliver = deliver
-        self.lifecycle = Lifecycle(config.lifecycle)
+        self.lifecycle = Lifecycle(config.lifecycle, wall)
         # The silences in force, as the caller last read them from the store; ``None``
         # until it did: a daemon's first checkpoints then keep the stored ones rather than
         # lift every silence until the first read.

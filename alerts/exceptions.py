@@ -1,11 +1,10 @@
 """Errors raised by the alerting package."""
 
-from monitor.exceptions import SpecwatchError
+# The record type lives below alerts/ (monitor/alert_record.py), and so does its error.
+from monitor.exceptions import InvalidAlert, SpecwatchError
+
+__all__ = ["AlertError", "InvalidAlert"]
 
 
 class AlertError(SpecwatchError):
     """Base class of alerting errors."""
-
-
-class InvalidAlert(AlertError):
-    """An alert record that breaks the alerts v1 contract."""

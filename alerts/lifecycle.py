@@ -1,11 +1,12 @@
 """From condition records to notifications: Prometheus ``for``/``keep_firing_for`` per alert,
 Alertmanager grouping per group of alerts.
 
-Detectors say *what holds* (an :class:`~alerts.record.AlertRecord` firing or resolved); this
-module decides *who is told what, when*. It is a pure state machine: it never reads the wall
-clock, its clock is the largest of every ``now`` passed to :meth:`Lifecycle.advance` and every
-record's event time, so the same inputs always give the same notifications, in replay and
-after a restart from its snapshots.
+Detectors say *what holds* (an :class:`~monitor.alert_record.AlertRecord` firing or resolved); this
+module decides *who is told what, when*. It is a state machine in event time: its clock is
+the largest of every ``now`` passed to :meth:`Lifecycle.advance` and every record's event
+time, so the same inputs always give the same notifications, in replay and after a restart
+from its snapshots. The one exception is the reminder clock when a ``wall`` clock is given
+(the daemon, ``replay --deliver``): see :class:`Lifecycle`.
 
 Per alert (one fingerprint), an *episode* goes::
 
@@ -63,10 +64,10 @@ from typing import Any
 import orjson
 
 from alerts.notification import AlertItem, Notification, episode_id, record_from_json
-from alerts.record import AlertRecord, iso_utc, parse_iso
 from alerts.silences import Silence, silenced_by
+from monitor.alert_record import AlertRecord, iso_utc, parse_iso
 from monitor.config import LifecycleConfig
-from monitor.detect.state import require_version
+from monitor.versioned import require_version
 
 __all__ = ["BASELINE_ACCEPTED", "EpisodeRow", "Lifecycle", "group_id"]
 
@@ -259,6 +260,14 @@ class Lifecycle:
     ----------
     config : LifecycleConfig
         Grouping labels and timings (per-rule overrides through ``config.timing``).
+    wall : callable, optional
+        The wall clock, read only when a notification goes out. The next reminder of an
+        episode is then due ``repeat_interval`` after the later of the notification's event
+        time and the wall-clock time it went out, so a stretch of time the lifecycle catches
+        up on (a backlog months old, a restart after a long stop: the clock jumps) sends at
+        most one reminder per episode instead of one per ``repeat_interval`` of that
+        stretch. Live, event time and the wall clock agree and nothing changes. ``None``
+        (a backtest): reminders in event time alone, as if delivered when decided.
 
     Notes
     -----
@@ -292,8 +301,9 @@ class Lifecycle:
 
     STATE_PREFIX = "alerts/group/"
 
-    def __init__(self, config: LifecycleConfig) -> None:
+    def __init__(self, config: LifecycleConfig, wall: Callable[[], float] | None = None) -> None:
         self.config = config
+        self._wall = wall
         self.loaded = False
         self.suppressed: Counter[str] = Counter()
         self._groups: dict[str, _Group] = {}
@@ -692,7 +702,9 @@ class Lifecycle:
             a = g.alerts.get(i.fingerprint)
             # a firing item in the buffer always has its episode open (a resolve collapses)
             if a is not None and a.episode == i.episode:
-                a.last_notified = c
+                # The reminder clock starts when the news really went out: in a catch-up the
+                # event time ``c`` lags the wall clock by the whole stretch still to decide.
+                a.last_notified = c if self._wall is None else max(c, self._wall())
                 if not a.notified:
                     a.notified = True
                     self._changed(g, a)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from alerts.record import AlertRecord, iso_utc, parse_iso
+from monitor.alert_record import AlertRecord, iso_utc, parse_iso
 
 __all__ = ["AlertItem", "Notification", "episode_id", "record_from_json"]
 

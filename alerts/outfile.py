@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 from typing import IO
 
-from alerts.record import AlertRecord
+from monitor.alert_record import AlertRecord
+from monitor.exceptions import SpecwatchError
 
 
 class AlertsFile:
@@ -14,7 +15,11 @@ class AlertsFile:
     def __init__(self, path: str) -> None:
         self.path = path
         self.count = 0
-        self._fh: IO[bytes] = sys.stdout.buffer if path == "-" else open(path, "ab")  # noqa: SIM115
+        try:
+            self._fh: IO[bytes] = (sys.stdout.buffer if path == "-"
+                                   else open(path, "ab"))  # noqa: SIM115
+        except OSError as e:  # before anything is read: one line, nothing lost
+            raise SpecwatchError(f"cannot write the alerts file {path}: {e.strerror or e}") from e
 
     def write(self, records: list[AlertRecord]) -> None:
         for r in records:

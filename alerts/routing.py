@@ -3,7 +3,7 @@
 >>> from datetime import UTC, datetime
 >>> from monitor.config import Config
 >>> from alerts.notification import AlertItem, Notification
->>> from alerts.record import AlertRecord
+>>> from monitor.alert_record import AlertRecord
 >>> cfg = Config.model_validate({"alerting": {
 ...     "routing": {"pagerduty": {"severities": ["critical"]}},
 ...     "route_overrides": [{"routes": ["batch-*"], "routing": {"slack": {"enabled": False}}}],

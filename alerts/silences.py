@@ -18,46 +18,13 @@ False
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
-from alerts.record import iso_utc
+# The type sits below alerts/ so that the store, which keeps silences, need not import alerts.
+from monitor.silence import Silence
 
 __all__ = ["Silence", "silenced_by"]
-
-
-@dataclass(frozen=True, slots=True)
-class Silence:
-    """``route`` is a glob (``*`` any); ``rule`` ``None`` mutes every rule of the route.
-    In force from ``starts_at`` (inclusive) to ``ends_at`` (exclusive)."""
-
-    id: int
-    route: str
-    rule: str | None
-    starts_at: datetime
-    ends_at: datetime
-    reason: str
-    created_by: str = ""
-
-    def active(self, now: datetime) -> bool:
-        return self.starts_at <= now < self.ends_at
-
-    def matches(self, rule: str, labels: Mapping[str, str], now: datetime) -> bool:
-        return (
-            self.active(now)
-            and (self.rule is None or self.rule == rule)
-            and fnmatch.fnmatchcase(labels.get("route", ""), self.route)
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id, "route": self.route, "rule": self.rule,
-            "starts_at": iso_utc(self.starts_at), "ends_at": iso_utc(self.ends_at),
-            "reason": self.reason, "created_by": self.created_by,
-        }
 
 
 def silenced_by(

@@ -15,7 +15,6 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from kafka import KafkaProducer
 from prometheus_client import CollectorRegistry
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -28,13 +27,16 @@ from monitor.api.app import create_app
 from monitor.api.auth import token_from_env
 from monitor.api.routes_view import routes_from_detection, store_routes_view
 from monitor.api.server import ApiServer, require_token
-from monitor.config import Config, KafkaConfig
+from monitor.config import Config
 from monitor.deadletter import KafkaDeadLetter
 from monitor.detect.engine import Detection
+from monitor.exceptions import ConfigError, LoopFailedError
 from monitor.exposition import DetectionCollector, DetectionView, RollupCounters, snapshot_view
 from monitor.jobs import Jobs
+from monitor.kafka_producer import dead_letter_producer
 from monitor.metrics import IngestMetrics
 from monitor.pipeline import Pipeline
+from monitor.sources.bootstrap import check_bootstrap
 from monitor.sources.kafka import KafkaSource, source_id
 from monitor.sources.topics import ensure_topics
 from monitor.store.checkpoint import Checkpoint
@@ -43,29 +45,32 @@ from monitor.store.store import Store
 
 log = logging.getLogger(__name__)
 
+LOOP_FAILURES_MAX = 5  # unexpected failures in a row before the process gives up
+LOOP_BACKOFF_S = (1.0, 30.0)  # the wait after one, doubling
+LOOP_CLEAN_S = 60.0  # a loop this long without failure is no longer "in a row"
 CONTROL_EVERY_S = 5.0  # how soon a silence or a baseline request takes effect
 ROUTES_EVERY_S = 5.0  # how fresh /api/v1/routes is (it evaluates every segment)
 
 
-def dead_letter_producer(kafka: KafkaConfig, **overrides: Any) -> KafkaProducer:
-    """The dead-letter topic's producer (``overrides``: shorter timeouts for tests)."""
-    settings: dict[str, Any] = {
-        "bootstrap_servers": kafka.bootstrap_servers,
-        "client_id": f"{kafka.client_id}-dlq",
-        "acks": "all",
-        "linger_ms": 50,
-        "max_request_size": max(1048576, kafka.dead_letter_max_bytes * 4),
-        # Bounded waits while the broker is away: a send gives up after max_block_ms, a
-        # record after delivery_timeout_ms; the checkpoint then fails and is tried again.
-        "max_block_ms": 10_000,
-        "request_timeout_ms": 10_000,
-        "delivery_timeout_ms": 30_000,
-        # kafka-python 3.0's idempotent producer can stay stuck after a batch expired in an
-        # outage (it resets its producer id and then never sends again: measured here). The
-        # dead-letter topic is at-least-once anyway, so idempotence buys nothing.
-        "enable_idempotence": False,
-    }
-    return KafkaProducer(**{**settings, **overrides})
+class _LoopFailures:
+    """Unexpected poll-loop failures in a row (none within ``LOOP_CLEAN_S`` resets them)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.last = float("-inf")
+
+    def failed(self) -> float | None:
+        """Count one; the wait before going on, or ``None`` when it is time to give up."""
+        self.count += 1
+        self.last = time.monotonic()
+        if self.count > LOOP_FAILURES_MAX:
+            return None
+        lo, hi = LOOP_BACKOFF_S
+        return min(hi, lo * 2 ** (self.count - 1))
+
+    def ok(self) -> None:
+        if self.count and time.monotonic() - self.last >= LOOP_CLEAN_S:
+            self.count = 0
 
 
 class Application:
@@ -93,10 +98,11 @@ class Application:
         self.registry = registry or CollectorRegistry()
         self.metrics = IngestMetrics(self.registry)
         kafka = config.kafka
-        if kafka.create_topics:
-            ensure_topics(
-                kafka.bootstrap_servers, [kafka.topic, kafka.dead_letter_topic], kafka.partitions
-            )
+        # An unreachable broker is one line within seconds, not 30 s of client retries.
+        check_bootstrap(kafka.bootstrap_servers)
+        # A topic missing while kafka.create_topics is off stops us here, with one line.
+        ensure_topics(kafka.bootstrap_servers, [kafka.topic, kafka.dead_letter_topic],
+                      kafka.partitions, create=kafka.create_topics)
         self._producer = dead_letter_producer(kafka)
         dead_letter = KafkaDeadLetter(
             self._producer, kafka.dead_letter_topic, kafka.dead_letter_max_bytes
@@ -166,16 +172,43 @@ class Application:
                 )
                 self.api.start()  # in the try: a taken port still stops the delivery worker
                 log.info("HTTP API and /metrics on %s", self.api.url)
+            failures = _LoopFailures()
             while not self._stop.is_set():
-                self.source.poll_once()
-                self._partitions = self.pipeline.partitions  # rebalances happen in poll
                 try:
-                    self._maybe_control()
-                except (StoreError, SQLAlchemyError) as e:  # tried again next interval
-                    log.warning("operator actions not read: %s", e)
-                self._maybe_tick()
+                    self._step()
+                except ConfigError:
+                    raise  # the broker refuses this configuration: one line, exit 2
+                except Exception as e:
+                    self._loop_failed(e, failures)
+                else:
+                    failures.ok()
         finally:
             self.close()
+
+    def _step(self) -> None:
+        self.source.poll_once()
+        self._partitions = self.pipeline.partitions  # rebalances happen in poll
+        try:
+            self._maybe_control()
+        except (StoreError, SQLAlchemyError) as e:  # tried again next interval
+            log.warning("operator actions not read: %s", e)
+        self._maybe_tick()
+
+    def _loop_failed(self, error: Exception, failures: _LoopFailures) -> None:
+        """No error ends the loop silently: log it whole, count it, and go on from the
+        stored offsets after a backoff; or, failing too often in a row, exit loudly."""
+        self.metrics.loop_errors.inc()
+        delay = failures.failed()
+        if delay is None:
+            log.critical("the poll loop failed %d times in a row; exiting for a supervisor "
+                         "to restart specwatch", failures.count, exc_info=error)
+            raise LoopFailedError(
+                f"the poll loop failed {failures.count} times in a row (last: {error!r}); "
+                f"tracebacks are in the log") from error
+        log.error("the poll loop failed (%d in a row); uncommitted work dropped, going on "
+                  "from the stored offsets in %.1fs", failures.count, delay, exc_info=error)
+        self.source.restart_from_store()
+        self._stop.wait(delay)
 
     def stop(self) -> None:
         self._stop.set()

@@ -53,6 +53,9 @@ class EmbeddedBroker:
              "--silent"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            # Its own process group: a terminal's Ctrl+C reaches only our process, which
+            # stops the broker after the consumers and producers that still need it.
+            process_group=0,
         )
         deadline = time.monotonic() + timeout
         while True:

@@ -11,12 +11,12 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from monitor.config import Config, load_config, parse_duration
 from monitor.exceptions import SpecwatchError
+from monitor.times import parse_time_arg
 
 log = logging.getLogger("specwatch")
 
@@ -38,30 +38,6 @@ def _config(args: argparse.Namespace) -> Config:
     if getattr(args, "bootstrap", None):
         overrides["kafka"] = {"bootstrap_servers": args.bootstrap}
     return load_config(getattr(args, "config", None), overrides=overrides)
-
-
-def parse_time(value: str, *, now: datetime | None = None) -> datetime:
-    """An RFC 3339 time, or a duration meaning that long ago (``30d``, ``2h``).
-
-    >>> parse_time("2026-11-02T14:00:00Z").isoformat()
-    '2026-11-02T14:00:00+00:00'
-    >>> parse_time("1h", now=datetime(2026, 1, 1, tzinfo=UTC)).isoformat()
-    '2025-12-31T23:00:00+00:00'
-    """
-    now = now or datetime.now(UTC)
-    try:
-        return now - timedelta(seconds=parse_duration(value))
-    except ValueError:
-        pass
-    try:
-        t = datetime.fromisoformat(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"cannot read time {value!r} (want RFC 3339, e.g. 2026-11-02T14:00:00Z, or 30d)"
-        ) from None
-    if t.tzinfo is None:
-        raise argparse.ArgumentTypeError(f"time {value!r} needs a zone (Z or +hh:mm)")
-    return t.astimezone(UTC)
 
 
 # -- commands ------------------------------------------------------------------------------
@@ -104,23 +80,36 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from monitor.detect.report import recommendation_lines
     from monitor.metrics import IngestMetrics
     from monitor.pipeline import Pipeline
-    from monitor.sources.replay import replay
-    from monitor.store.db import upgrade
+    from monitor.sources.replay import open_input, replay
+    from monitor.store.db import create_if_new, redact_url, upgrade
     from monitor.store.store import Store
 
     config = _config(args)
     _setup_logging(config.log_level)
-    if args.migrate:
-        upgrade(config.store.url)
-    store = Store(config.store.url)
-    dead_letter = FileDeadLetter(args.dead_letter) if args.dead_letter else CountingDeadLetter()
+    # The input first: a wrong path or a closed stdin must not leave a new database behind.
+    src = open_input(args.path)
+    try:
+        if args.migrate:
+            upgrade(config.store.url)
+        elif create_if_new(config.store.url):  # a database with tables is never touched here
+            log.info("created the new database %s", redact_url(config.store.url))
+        store = Store(config.store.url)
+    except BaseException:
+        src.close()
+        raise
+    # Cut like on the dead-letter topic: a 200 MB line is not copied whole into the file.
+    dead_letter = (FileDeadLetter(args.dead_letter,
+                                  max_raw_bytes=config.kafka.dead_letter_max_bytes)
+                   if args.dead_letter else CountingDeadLetter())
     detection = Detection(config.detection, clock="event") if config.detection.enabled else None
     alerts_out = AlertsFile(args.alerts_out) if args.alerts_out else None
     # A backtest pages no one: without --deliver no sink is even built.
     sinks = build_sinks(config.alerting, os.environ) if args.deliver else {}
     registry = CollectorRegistry()
     alert_metrics = AlertMetrics(registry, sinks)
-    alerting = (Alerting(config.alerting, sinks, alert_metrics, deliver=args.deliver)
+    # Delivering: reminders count from when a notification really went out (see lifecycle).
+    alerting = (Alerting(config.alerting, sinks, alert_metrics, deliver=args.deliver,
+                         wall=time.time if args.deliver else None)
                 if detection is not None else None)
     guard = CardinalityGuard(store, config.ingest.max_series_per_route,
                              config.ingest.max_series, registry)
@@ -131,7 +120,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     )
     started = time.monotonic()
     try:
-        summary = replay(args.path, pipeline, progress=args.progress)
+        summary = replay(args.path, pipeline, progress=args.progress, src=src,
+                         now=args.now.timestamp() if args.now else None)
         if args.deliver:
             worker = DeliveryWorker(store.alerting, sinks, config.alerting, alert_metrics)
             left = worker.drain(args.deliver_timeout)
@@ -157,19 +147,34 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ratio_columns(value: str) -> tuple[str, ...]:
+    from monitor.store.query import table_columns
+
+    try:
+        return table_columns(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def cmd_ratios(args: argparse.Namespace) -> int:
-    from monitor.store.query import format_ratios
+    from monitor.store.query import NARROW_COLUMNS, format_ratios, needs_latency
     from monitor.store.store import Store
 
+    table = args.format == "table"
+    if not table and (args.wide or args.columns):
+        raise SpecwatchError("--wide and --columns shape the table; json and csv always carry "
+                             "every field")
+    columns = None if args.wide else args.columns or NARROW_COLUMNS
     config = _config(args)
     store = Store(config.store.url)
+    span = {"granularity": args.granularity, "route": args.route, "since": args.since,
+            "until": args.until}
     try:
-        rows = store.ratios(
-            granularity=args.granularity, route=args.route, since=args.since, until=args.until
-        )
+        rows = store.ratios(**span)
+        latency = store.buckets(**span) if table and columns and needs_latency(columns) else None
     finally:
         store.close()
-    out = format_ratios(rows, args.format)
+    out = format_ratios(rows, args.format, columns=columns if table else None, latency=latency)
     sys.stdout.write(out if out.endswith("\n") else out + "\n")
     return 0
 
@@ -195,7 +200,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     # ignored: Ctrl+C (or a supervisor's SIGINT) must always stop the demo.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     rc = run_demo(
-        data_dir=Path(args.dir), duration=args.duration, rate=args.rate, refresh=args.refresh
+        data_dir=Path(args.dir), duration=args.duration, rate=args.rate, refresh=args.refresh,
+        incident_after=args.incident_after,
     )
     # The demo's embedded daemon, broker and simulator were stopped with bounded waits; a
     # worker thread of theirs still winding down (a Kafka close, a scheduler pool) must not
@@ -244,6 +250,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--deliver", action="store_true",
                    help="send the replay's notifications through the configured sinks (off by "
                    "default: a backtest pages no one)")
+    p.add_argument("--now", type=parse_time_arg, metavar="TIME",
+                   help="judge event times as if the clock read TIME (RFC 3339 or a duration "
+                   "ago): events more than ingest.max_future_skew later are dead-lettered as "
+                   "future (default: the newest plausible time of the file)")
     p.add_argument("--deliver-timeout", type=parse_duration, default=300.0, metavar="DURATION",
                    help="how long --deliver keeps retrying before leaving the rest queued")
     p.set_defaults(func=cmd_replay)
@@ -251,10 +261,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ratios", help="query the historical ratio tables")
     with_config(p)
     p.add_argument("--route")
-    p.add_argument("--since", type=parse_time, help="RFC 3339 time or a duration ago (30d)")
-    p.add_argument("--until", type=parse_time, help="RFC 3339 time or a duration ago")
+    p.add_argument("--since", type=parse_time_arg, help="RFC 3339 time or a duration ago (30d)")
+    p.add_argument("--until", type=parse_time_arg, help="RFC 3339 time or a duration ago")
     p.add_argument("--granularity", choices=["minute", "hour", "day"], default="hour")
     p.add_argument("--format", choices=["table", "json", "csv"], default="table")
+    shape = p.add_mutually_exclusive_group()
+    shape.add_argument("--wide", action="store_true",
+                       help="the table with every field (json and csv always have them all)")
+    shape.add_argument("--columns", type=_ratio_columns, metavar="A,B,...",
+                       help="the table's columns, e.g. route,pair,k,accept,acc_len,ttft_p99 "
+                       "(default: bucket,route,pair,k,requests,accept,ttft_p50,ttft_p99)")
     p.set_defaults(func=cmd_ratios)
 
     p = sub.add_parser("db", help="database schema")
@@ -268,6 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop after this long (default: until Ctrl+C)")
     p.add_argument("--rate", type=float, default=200.0, help="simulated requests per second")
     p.add_argument("--refresh", type=parse_duration, default=2.0, help="table refresh interval")
+    p.add_argument("--incident-after", type=parse_duration, default=60.0, metavar="DURATION",
+                   help="when the scripted draft-drift incident starts (default: 60s)")
     p.set_defaults(func=cmd_demo)
 
     from monitor.adapters.cli import register as register_adapt
@@ -275,8 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
     from monitor.cli_alerting import register as register_alerting
     from monitor.proxy.cli import register as register_proxy
     from monitor.report.cli import register as register_report
+    from monitor.scrape.cli import register as register_scrape
     from monitor.simulate.cli import register
-    from monitor.sources.scrape_cli import register as register_scrape
 
     register(sub)
     register_alerting(sub, with_config, _config)
@@ -294,6 +312,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except SpecwatchError as e:
         print(f"specwatch: {e}", file=sys.stderr)
-        return 2
+        return e.exit_code
     except KeyboardInterrupt:
         return 130

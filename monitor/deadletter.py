@@ -12,6 +12,7 @@ from typing import IO, Any, Protocol
 import orjson
 
 from monitor.exceptions import SpecwatchError
+from monitor.sources.kafka_errors import config_error
 from monitor.telemetry.event import Rejection
 
 FLUSH_TIMEOUT_S = 30.0
@@ -58,21 +59,32 @@ class DeadLetterSink(Protocol):
 
 
 class FileDeadLetter:
-    """JSON lines to a file (``.gz`` compressed), or to stderr for ``-``."""
+    """JSON lines to a file (``.gz`` compressed), or to stderr for ``-``.
 
-    def __init__(self, path: str) -> None:
+    ``max_raw_bytes``: input longer than that is cut as on the dead-letter topic
+    (:func:`dead_letter_record`: the record keeps the original size and sha256), so a huge
+    line is neither copied whole into the file nor held as text and JSON beside itself.
+    """
+
+    def __init__(self, path: str, *, max_raw_bytes: int | None = None) -> None:
         self.path = path
+        self.max_raw_bytes = max_raw_bytes
         self.count = 0
         self._fh: IO[bytes]
-        if path == "-":
-            self._fh = sys.stderr.buffer
-        elif path.endswith(".gz"):
-            self._fh = gzip.open(path, "ab")
-        else:
-            self._fh = open(path, "ab")  # noqa: SIM115 - closed in close()
+        try:
+            if path == "-":
+                self._fh = sys.stderr.buffer
+            elif path.endswith(".gz"):
+                self._fh = gzip.open(path, "ab")
+            else:
+                self._fh = open(path, "ab")  # noqa: SIM115 - closed in close()
+        except OSError as e:  # before anything is read: one line, nothing lost
+            raise SpecwatchError(f"cannot write the dead-letter file {path}: "
+                                 f"{e.strerror or e}") from e
 
     def send(self, rejection: Rejection, origin: dict[str, Any]) -> None:
-        self._fh.write(orjson.dumps(dead_letter_record(rejection, origin)) + b"\n")
+        record = dead_letter_record(rejection, origin, self.max_raw_bytes)
+        self._fh.write(orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE))
         self.count += 1
 
     def flush(self) -> None:
@@ -127,6 +139,7 @@ class KafkaDeadLetter:
                 value=orjson.dumps(record),
             ))
         except Exception as e:  # kafka-python: no metadata or buffer within max_block_ms
+            self._refused(e)
             raise DeadLetterUnavailableError(f"dead letter not sent to {self.topic}: {e}") from e
         self.count += 1
 
@@ -140,9 +153,17 @@ class KafkaDeadLetter:
             ) from e
         failed = [f for f in sent if f.failed()]
         if failed:
+            self._refused(failed[0].exception)
             raise DeadLetterUnavailableError(
                 f"{len(failed)} dead letters not taken by {self.topic}: {failed[0].exception}"
             ) from failed[0].exception
+
+    def _refused(self, cause: BaseException) -> None:
+        """Stop on what waiting cannot fix (no authorization for the topic, say): the
+        checkpoints would otherwise wait for the dead-letter topic forever."""
+        error = config_error(cause, f"dead-letter topic {self.topic}")
+        if error is not None:
+            raise error from cause
 
     def close(self) -> None:
         self.producer.flush()

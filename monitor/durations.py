@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Annotated
+
+from pydantic import BeforeValidator
+
+__all__ = ["Duration", "format_duration", "parse_duration"]
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h|d|w)")
@@ -37,6 +42,10 @@ def parse_duration(value: object) -> float:
     if not math.isfinite(seconds) or seconds < 0:
         raise ValueError(f"invalid duration {value!r}: must be finite and >= 0")
     return seconds
+
+
+# A config field in seconds that reads "90s", "5m", "1h30m" or a bare number.
+Duration = Annotated[float, BeforeValidator(parse_duration)]
 
 
 def format_duration(seconds: float) -> str:

@@ -35,8 +35,9 @@ from monitor.aggregate.bucket import BucketStats
 from monitor.aggregate.series import SeriesKey
 from monitor.aggregate.sketch import LogHistogram
 from monitor.detect.acceptance import DROP, RISE, OverdispersedCusum
-from monitor.detect.engine import Detection, Route, Segment
-from monitor.detect.rules import SEVERITY
+from monitor.detect.engine import Detection
+from monitor.detect.segments import Segment
+from monitor.rules import severity
 from monitor.store.checkpoint import MINUTE, Checkpoint
 
 __all__ = [
@@ -58,8 +59,6 @@ SEGMENT_LABELS = ("route", "target_model", "target_revision", "draft_model", "dr
 QUANTILES = (0.5, 0.99)
 WINDOW_MINUTES = 5
 RECOMMENDATIONS = ("on", "off", "insufficient_data")
-# Segment rules decide their severity in the engine, not in rules.SEVERITY.
-_SEVERITY = {**SEVERITY, "acceptance_drop": "warning", "acceptance_rise": "info"}
 
 
 # -- the rollups -------------------------------------------------------------------------------
@@ -285,7 +284,7 @@ def snapshot_view(
         raise ValueError("max_series must be >= 0")
     now = detection.now
     idle = detection.config.idle_pair_resolve
-    live = [seg for seg in _segments(detection)
+    live = [seg for seg in detection.view().segments.values()
             if seg.labels["num_speculative_tokens"] != "0" and now - seg.last_ts < idle]
     live.sort(key=lambda seg: (-seg.last_ts, _label_values(seg)))
     rows: list[SegmentRow] = []
@@ -299,16 +298,6 @@ def snapshot_view(
             rows.append(_row(seg, labels))
     tally = Tally(_conditions(detection) if firing is None else firing)
     return DetectionView(segments=tuple(rows), firing=tuple(sorted(tally.items())))
-
-
-# Detection has no public accessor for its segments and routes: these two are the only
-# places that reach in, and they run on the pipeline thread, which owns both.
-def _segments(detection: Detection) -> Iterable[Segment]:
-    return detection._segments.values()
-
-
-def _routes(detection: Detection) -> Iterable[Route]:
-    return detection._routes.values()
 
 
 def _label_values(seg: Segment) -> tuple[str, ...]:
@@ -363,14 +352,15 @@ def _directions(det: OverdispersedCusum) -> dict[str, float]:
 
 def _conditions(detection: Detection) -> Iterator[tuple[str, str, str]]:
     """(rule, route, severity) of every condition the detectors hold as firing."""
-    for route in _routes(detection):
+    view = detection.view()
+    for route in view.routes.values():
         for rule in route.firing:
-            yield rule, route.name, _SEVERITY[rule]
+            yield rule, route.name, severity(rule)
         for cond in route.metadata.conditions:
             yield cond.rule, route.name, cond.severity
-    for seg in _segments(detection):
+    for seg in view.segments.values():
         for rule in seg.firing:
-            yield rule, seg.labels["route"], _SEVERITY[rule]
+            yield rule, seg.labels["route"], severity(rule)
 
 
 # -- the collector ------------------------------------------------------------------------------

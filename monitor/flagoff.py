@@ -63,12 +63,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
-
 from monitor.aggregate.bucket import BucketStats
-from monitor.store.db import READ_ONLY
-from monitor.store.series_ids import dialect_insert
-from monitor.store.tables import flag_off_table
+from monitor.store.flag_off import flag_off_rows, upsert_flag_off
 
 if TYPE_CHECKING:
     from monitor.store.query import RatioRow
@@ -487,22 +483,7 @@ def save_reports(store: Store, results: Sequence[FlagOffResult], now: datetime) 
         }
         for r in results
     ]
-    with store.engine.begin() as conn:
-        stmt = dialect_insert(conn, flag_off_table)
-        ex = stmt.excluded
-        stmt = stmt.on_conflict_do_update(
-            index_elements=["route_hash", "window_start", "window_end"],
-            set_={
-                "switched_at": ex.switched_at,
-                "verdict": ex.verdict,
-                "summary": ex.summary,
-                "on_requests": ex.on_requests,
-                "off_requests": ex.off_requests,
-                "report": ex.report,
-                "updated_at": ex.updated_at,
-            },
-        )
-        conn.execute(stmt, rows)
+    upsert_flag_off(store, rows)
     return len(rows)
 
 
@@ -511,14 +492,8 @@ def load_reports(
 ) -> list[dict[str, Any]]:
     """Stored reports (newest window first, then by route): each the ``to_json()`` of its
     result plus ``created_at`` and ``updated_at``. ``since`` filters on the window end."""
-    c = flag_off_table.c
-    stmt = select(c.report, c.created_at, c.updated_at, c.window_end, c.route)
-    if route is not None:
-        stmt = stmt.where(c.route_hash == route_hash(route))
-    if since is not None:
-        stmt = stmt.where(c.window_end >= since)
-    with store.engine.execution_options(**{READ_ONLY: True}).connect() as conn:
-        rows = list(conn.execute(stmt))
+    rows = flag_off_rows(store, route_hash=None if route is None else route_hash(route),
+                         since=since)
     rows.sort(key=lambda r: (-r.window_end.timestamp(), r.route))
     return [
         {**r.report, "created_at": _iso(r.created_at), "updated_at": _iso(r.updated_at)}

@@ -15,6 +15,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 
+import anyio.to_thread
 import uvicorn
 
 from monitor.exceptions import ConfigError, SpecwatchError
@@ -47,12 +48,18 @@ def listen(host: str, port: int, error: type[SpecwatchError] = ConfigError,
 class _Server(uvicorn.Server):
     """Tells :meth:`ThreadedServer.start` when startup is over, successful or not."""
 
-    def __init__(self, config: uvicorn.Config, done: threading.Event) -> None:
+    def __init__(self, config: uvicorn.Config, done: threading.Event,
+                 worker_threads: int | None = None) -> None:
         super().__init__(config)
         self._done = done
+        self._worker_threads = worker_threads
 
     async def startup(self, sockets: Sequence[socket.socket] | None = None) -> None:
         try:
+            if self._worker_threads is not None:
+                # This loop's pool for sync endpoints (anyio's default: 40 threads).
+                limiter = anyio.to_thread.current_default_thread_limiter()
+                limiter.total_tokens = self._worker_threads
             await super().startup(sockets=list(sockets) if sockets is not None else None)
         finally:
             self._done.set()
@@ -84,6 +91,8 @@ class ThreadedServer(ABC):
     label = "server"
     thread_name = "specwatch-http"
     error: type[SpecwatchError] = ConfigError
+    # Threads for sync endpoints at once (None: anyio's default of 40); the rest wait.
+    worker_threads: int | None = None
 
     def __init__(self, host: str, port: int) -> None:
         self.host = host
@@ -115,7 +124,8 @@ class ThreadedServer(ABC):
         self.bind()
         assert self._sock is not None
         try:
-            _Server(self._config(), threading.Event()).run(sockets=[self._sock])
+            _Server(self._config(), threading.Event(), self.worker_threads).run(
+                sockets=[self._sock])
         finally:
             self._sock.close()
             self._sock = None
@@ -126,7 +136,7 @@ class ThreadedServer(ABC):
             raise RuntimeError(f"{type(self).__name__} already started")
         self.bind()
         done = threading.Event()
-        server = self._server = _Server(self._config(), done)
+        server = self._server = _Server(self._config(), done, self.worker_threads)
         self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
         self._thread.start()
         if not done.wait(START_TIMEOUT_S) or not server.started:

@@ -42,6 +42,13 @@ class IngestMetrics:
             "allowance; not counted, sent to the dead letter.",
             registry=registry,
         )
+        self.future_events = Counter(
+            "specwatch_future_events",
+            "Events dated more than ingest.max_future_skew ahead of the clock (the wall "
+            "clock; in a replay the newest plausible time of the file); not counted, sent "
+            "to the dead letter.",
+            registry=registry,
+        )
         self.dead_letters = Counter(
             "specwatch_dead_letters", "Records written to the dead-letter destination.",
             registry=registry,
@@ -92,6 +99,19 @@ class IngestMetrics:
             "specwatch_ingest_paused",
             "1 while fetching is paused because a checkpoint could not be made durable "
             "(store or dead-letter topic unavailable): backpressure.",
+            registry=registry,
+        )
+        self.broker_errors = Counter(
+            "specwatch_broker_errors",
+            "Kafka client errors that escaped the consumer (connections reset or refused, "
+            "coordinator lost): uncommitted work dropped, read again from the stored offsets "
+            "after a backoff.",
+            registry=registry,
+        )
+        self.loop_errors = Counter(
+            "specwatch_loop_errors",
+            "Unexpected errors in the daemon's poll loop (a bug or an unforeseen failure): "
+            "logged with the traceback; the loop goes on from the stored offsets.",
             registry=registry,
         )
         self.broker_up: Gauge | None = None

@@ -12,17 +12,18 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import orjson
 
-from alerts.record import AlertRecord
 from monitor.aggregate.bucket import BucketStats
 from monitor.aggregate.series import SeriesKey
+from monitor.alert_record import AlertRecord
 from monitor.config import IngestConfig
 from monitor.deadletter import DeadLetterSink
 from monitor.dedup import SeenIds
+from monitor.eventtime import FutureRule, Parsed, WallClock
 from monitor.metrics import IngestMetrics
 from monitor.store.checkpoint import Checkpoint, PartitionCommit, PartitionState
 from monitor.store.exceptions import FencedError
@@ -117,11 +118,12 @@ class IngestSummary:
     invalid: int = 0
     duplicates: int = 0
     late: int = 0
+    future: int = 0
 
     def line(self) -> str:
         return (
             f"{self.messages} messages, {self.events} events counted, {self.invalid} invalid, "
-            f"{self.duplicates} duplicates, {self.late} late"
+            f"{self.duplicates} duplicates, {self.late} late, {self.future} future"
         )
 
 
@@ -129,7 +131,9 @@ class Pipeline:
     """Owns the per-partition state of one source and writes it through a store.
 
     ``source`` names the stream in the store (``kafka:<group>:<topic>`` or ``replay``):
-    everything stored for it resumes where the last checkpoint left off.
+    everything stored for it resumes where the last checkpoint left off. ``future`` judges
+    event times against a clock (``monitor.eventtime``; default: the wall clock, as the
+    daemon does); a replay sets its own.
     """
 
     def __init__(
@@ -148,6 +152,7 @@ class Pipeline:
         holder: str = "",
         clock: Any = time.monotonic,
         guard: EventGuard | None = None,
+        future: FutureRule | None = None,
     ) -> None:
         self.store = store
         self.source = source
@@ -164,6 +169,7 @@ class Pipeline:
         self.on_commit = list(on_commit or [])
         self.holder = holder
         self.guard = guard
+        self.future: FutureRule = future or WallClock(config.max_future_skew)
         self._applied_baselines: list[tuple[int, str]] = []
         self.parser = Parser(max_message_bytes=config.max_message_bytes)
         self.summary = IngestSummary()
@@ -213,7 +219,9 @@ class Pipeline:
             states = self.store.load_partitions(self.source, new)
             for p in new:
                 state = states.get(p) or PartitionState()
-                self._partitions[p] = PartitionTracker.from_state(state, self._horizon)
+                self._partitions[p] = PartitionTracker.from_state(
+                    _believable(state, self.source, p, self.config.max_future_skew),
+                    self._horizon)
             if self.guard is not None and not self._pending:
                 # Series peers committed count against the caps too; a store outage here is
                 # handled where every assignment's is (the source), not mid-message.
@@ -272,17 +280,17 @@ class Pipeline:
 
     # -- the hot path ----------------------------------------------------------------------
 
-    def process(self, partition: int, offset: int, raw: bytes, key: bytes | None = None) -> None:
-        """Count one message read at ``offset`` of ``partition`` (``key``: its Kafka key)."""
+    def process(self, partition: int, offset: int, raw: bytes, key: bytes | None = None,
+                *, parsed: Parsed | None = None) -> None:
+        """Count one message read at ``offset`` of ``partition`` (``key``: its Kafka key;
+        ``parsed``: what ``self.parser`` made of ``raw``, when the caller parsed it already)."""
         tracker = self._partitions[partition]
-        events, rejections = self.parser.parse(raw)
+        events, rejections = self.parser.parse(raw) if parsed is None else parsed
         metrics, summary = self.metrics, self.summary
         summary.messages += 1
         metrics.messages.inc()
         if rejections:
             self._reject(rejections, self._origin(partition, offset, key), invalid=True)
-        if events and self.guard is not None:
-            events = self.guard.admit(events)
         if events:
             counted = self._count(tracker, partition, offset, key, events)
             summary.events += counted
@@ -304,9 +312,11 @@ class Pipeline:
         observer = self.observer
         lateness = self._lateness
         max_ts = tracker.max_ts
-        counted = 0
         counted_events: list[Event] = []
         late: list[Rejection] | None = None
+        future: list[Rejection] | None = None
+        rule = self.future
+        limit = rule.limit(max_ts)
         known = seen.among([e.request_id for e in events])
         fresh: set[str] = set()  # ids first seen in this message: added to ``seen`` below
         first_new = len(new_ids)
@@ -317,6 +327,16 @@ class Pipeline:
                 self.metrics.duplicate_events.inc()
                 continue
             ts = e.ts
+            if ts > limit:
+                # Too far ahead to believe: it would move the watermark and make every valid
+                # event after it late. Not counted, not remembered, moves nothing.
+                reason = rule.refuses(ts, max_ts)
+                if reason is not None:
+                    if future is None:
+                        future = []
+                    future.append(Rejection(reason, _reserialise(e)))
+                    continue
+                limit = rule.limit(ts)  # believed: it is the newest now
             if ts < max_ts - lateness:
                 if late is None:
                     late = []
@@ -332,28 +352,36 @@ class Pipeline:
                 max_ts = ts
             fresh.add(rid)
             new_ids.append((ts, rid))
+            counted_events.append(e)
+        tracker.max_ts = max_ts
+        if fresh:
+            seen.add_many(new_ids[first_new:])
+        if counted_events and self.guard is not None:
+            # Only events that count may take a series slot: a duplicate or late event of a
+            # new pair would hold one it never stores, and push a route into overflow.
+            counted_events = self.guard.admit(counted_events)
+        for e in counted_events:
             # A plain tuple is cheaper to build than a SeriesKey; checkpoint() converts.
             bucket_key = (
                 e.route, e.target_model, e.target_revision, e.target_tokenizer,
                 e.draft_model or "", e.draft_revision or "", e.draft_tokenizer or "",
-                e.method or "", e.num_speculative_tokens, int(ts // 60) * 60,
+                e.method or "", e.num_speculative_tokens, int(e.ts // 60) * 60,
             )
             bucket = pending.get(bucket_key)
             if bucket is None:
                 bucket = pending[bucket_key] = BucketStats()
             bucket.update(e)
-            if observer is not None:
-                counted_events.append(e)
-            counted += 1
-        tracker.max_ts = max_ts
-        if fresh:
-            seen.add_many(new_ids[first_new:])
-        if counted_events:
-            observer.observe(partition, counted_events)  # type: ignore[union-attr]
+        counted = len(counted_events)
+        if counted and observer is not None:
+            observer.observe(partition, counted_events)
         if late:
             self.summary.late += len(late)
             self.metrics.late_events.inc(len(late))
             self._reject(late, self._origin(partition, offset, key), invalid=False)
+        if future:
+            self.summary.future += len(future)
+            self.metrics.future_events.inc(len(future))
+            self._reject(future, self._origin(partition, offset, key), invalid=False)
         return counted
 
     def _origin(self, partition: int, offset: int, key: bytes | None) -> dict[str, Any]:
@@ -457,6 +485,22 @@ class Pipeline:
         if newest != NEG_INF:
             self.metrics.event_time_lag.set(max(0.0, time.time() - newest))
         return True
+
+
+def _believable(state: PartitionState, source: str, partition: int, skew: float) -> PartitionState:
+    """``state`` with a stored newest event time beyond the wall clock dropped.
+
+    Only a future-dated event counted by an earlier version can have put it there; kept, it
+    would make every valid event late. The true newest time before it is not stored, so the
+    next counted events set it again (nothing is late until then).
+    """
+    ts = state.max_event_ts
+    if ts is None or ts <= time.time() + skew:
+        return state
+    log.warning("%s partition %d: stored newest event time %.3f is in the future (an event "
+                "dated ahead of the clock counted by an earlier version); dropped, the next "
+                "events set it again", source, partition, ts)
+    return replace(state, max_event_ts=None)
 
 
 def _reserialise(e: Event) -> bytes:

@@ -50,6 +50,13 @@ import orjson
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client import Counter as PromCounter
 
+from monitor.kafka_producer import (
+    batch_value,
+    close_producer,
+    make_producer,
+    publisher_settings,
+    route_key,
+)
 from monitor.telemetry.parse import Parser
 
 __all__ = ["DROP_REASONS", "Publisher", "PublisherMetrics", "WarnLimiter"]
@@ -460,28 +467,11 @@ class _Worker:
     def _connect(self) -> bool:
         if self._producer is not None:
             return True
-        from kafka import KafkaProducer  # imported late: a process that never publishes
-
         pub = self.pub
-        config: dict[str, Any] = {
-            "bootstrap_servers": pub.bootstrap_servers,
-            "client_id": pub.client_id,
-            "acks": "all",
-            # The daemon drops duplicates by request_id, so a resend is harmless; an
-            # idempotent producer instead fails for good (UnknownProducerId) once a broker
-            # that lost its state comes back.
-            "enable_idempotence": False,
-            "linger_ms": 5,  # batching is done here, per route
-            "max_block_ms": 1000,  # a send waiting for metadata holds only this thread
-            "bootstrap_timeout_ms": int(pub.connect_timeout_s * 1000),
-            "request_timeout_ms": 10000,
-            "delivery_timeout_ms": 30000,  # then the message comes back to the buffer
-            "max_request_size": max(1 << 20, 2 * pub.batch_max_bytes),
-            "reconnect_backoff_max_ms": 2000,
-        }
-        config.update(pub._producer_config)
+        settings = publisher_settings(pub.connect_timeout_s, pub.batch_max_bytes)
         try:
-            self._producer = KafkaProducer(**config)
+            self._producer = make_producer(pub.bootstrap_servers, pub.client_id, settings,
+                                           pub._producer_config)
         except Exception as e:  # noqa: BLE001 - NoBrokersAvailable, KafkaTimeoutError, DNS, ...
             self._unreachable(e)
             return False
@@ -533,7 +523,7 @@ class _Worker:
         while self._outbox:
             msg = self._outbox[0]
             try:
-                future = self._producer.send(pub.topic, key=msg.route.encode("utf-8"),
+                future = self._producer.send(pub.topic, key=route_key(msg.route),
                                              value=msg.value)
             except KafkaTimeoutError as e:  # no metadata, or the producer's buffer is full
                 self._topic_missing = True
@@ -582,10 +572,7 @@ class _Worker:
         pub = self.pub
         producer, self._producer = self._producer, None
         if producer is not None:
-            try:
-                producer.close(timeout=2.0)
-            except Exception as e:  # noqa: BLE001
-                log.warning("telemetry publisher: closing the Kafka producer failed: %r", e)
+            close_producer(producer, 2.0, log, "telemetry publisher")
         with pub._cond:
             pub._stopping = pub._closed = True
             held = sum(len(b.items) for b in self._batches.values())
@@ -604,9 +591,7 @@ class _Worker:
 
 
 def _message(route: str, batch: _Batch) -> _Message:
-    items = batch.items
-    value = items[0] if len(items) == 1 else b"[" + b",".join(items) + b"]"
-    return _Message(route, value, len(items))
+    return _Message(route, batch_value(batch.items), len(batch.items))
 
 
 def _describe(error: BaseException) -> str:

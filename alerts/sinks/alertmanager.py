@@ -9,7 +9,7 @@ Alertmanager docs ask of clients.
 
 >>> from datetime import UTC, datetime
 >>> from alerts.notification import AlertItem, Notification
->>> from alerts.record import AlertRecord
+>>> from monitor.alert_record import AlertRecord
 >>> from monitor.config import AlertmanagerConfig
 >>> t = datetime(2026, 11, 2, 14, 20, tzinfo=UTC)
 >>> rec = AlertRecord("telemetry_stale", "firing", t, "warning", {"route": "code"}, "quiet")

@@ -2,7 +2,7 @@
 
 >>> from datetime import UTC, datetime
 >>> from alerts.notification import AlertItem, Notification
->>> from alerts.record import AlertRecord
+>>> from monitor.alert_record import AlertRecord
 >>> t = datetime(2026, 11, 2, 14, 20, tzinfo=UTC)
 >>> rec = AlertRecord("telemetry_stale", "firing", t, "warning", {"route": "code"}, "quiet")
 >>> line(AlertItem(rec, "firing", "e-1", t))

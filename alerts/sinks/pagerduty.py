@@ -10,7 +10,7 @@ or a reason.
 
 >>> from datetime import UTC, datetime
 >>> from alerts.notification import AlertItem, Notification
->>> from alerts.record import AlertRecord
+>>> from monitor.alert_record import AlertRecord
 >>> from monitor.config import PagerDutyConfig
 >>> t = datetime(2026, 11, 2, 14, 20, tzinfo=UTC)
 >>> rec = AlertRecord("telemetry_stale", "firing", t, "warning", {"route": "code"}, "quiet")

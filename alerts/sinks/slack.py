@@ -9,7 +9,7 @@ ping a channel, nor ``<https://evil|docs>`` become a disguised link. The header 
 ``plain_text``, which Slack never parses, so it is only truncated.
 
 >>> from alerts.notification import AlertItem, Notification
->>> from alerts.record import AlertRecord
+>>> from monitor.alert_record import AlertRecord
 >>> from monitor.config import SlackConfig
 >>> t = datetime(2026, 11, 2, 14, 20, tzinfo=UTC)
 >>> rec = AlertRecord("telemetry_stale", "firing", t, "warning", {"route": "a&b<c>"}, "quiet")

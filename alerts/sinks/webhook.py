@@ -7,7 +7,7 @@ across retries (``<notification key>/<item index>``).
 
 >>> from datetime import UTC, datetime
 >>> from alerts.notification import AlertItem, Notification
->>> from alerts.record import AlertRecord
+>>> from monitor.alert_record import AlertRecord
 >>> t = datetime(2026, 11, 2, 14, 20, tzinfo=UTC)
 >>> rec = AlertRecord("telemetry_stale", "firing", t, "warning", {"route": "code"}, "quiet")
 >>> n = Notification("k1", {"route": "code"}, t, (AlertItem(rec, "firing", "e-1", t),))

@@ -153,6 +153,7 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     from monitor.adapters import ADAPTERS, SELF_DESCRIBED
     from monitor.adapters.defaults import Defaults, load_mapping
     from monitor.adapters.driver import adapt_lines, open_lines, open_out
+    from monitor.config import KafkaConfig
     from monitor.deadletter import FileDeadLetter
 
     models = load_mapping(args.mapping) if args.mapping else {}
@@ -177,7 +178,9 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     if args.default_ts is not None:
         fixed = args.default_ts
         defaults = replace(defaults, clock=lambda: fixed)
-    dead_letter = FileDeadLetter(args.dead_letter)
+    # Cut as on the dead-letter topic: a huge line is not copied whole into the file.
+    dead_letter = FileDeadLetter(args.dead_letter,
+                                 max_raw_bytes=KafkaConfig().dead_letter_max_bytes)
     try:
         with open_lines(args.input) as lines, open_out(args.out) as out:
             summary = adapt_lines(lines, ADAPTERS[args.engine], defaults, out.write,

@@ -27,12 +27,13 @@ Admission is deterministic across a crash: a decision depends only on the series
 in the store when the guard (re)loaded, plus those it admitted since, in order.
 :meth:`CardinalityGuard.drop_all` forgets everything and the next use reloads from the
 store, so a stretch read again after ``kill -9`` or a fenced checkpoint meets exactly the
-view the lost run had at its start, and the tables stay exact. The guard sees events before
-deduplication: a series whose only events turn out duplicates or late is admitted for the
-rest of the stretch but never stored, so after each checkpoint the series admitted in the
-stretch are checked against what was stored (the checkpoint's rollups when
-:meth:`CardinalityGuard.committed` is given it, else the store) and the others forgotten,
-as a restart would.
+view the lost run had at its start, and the tables stay exact. The guard sees only events
+that count (after deduplication, lateness and the future check): a duplicate or late event
+of a new pair would otherwise hold a slot it never stores and push another route into
+overflow until the checkpoint. After each checkpoint the series admitted in the stretch are
+still checked against what was stored (the checkpoint's rollups when
+:meth:`CardinalityGuard.committed` is given it, else the store) and any other forgotten, as
+a restart would.
 
 Limits: the caps count every series in the table (it keeps series whose rollups retention
 deleted); with several consumers sharing a store, a series a peer committed since this
@@ -234,8 +235,8 @@ class CardinalityGuard:
 
     def committed(self, cp: Checkpoint | None = None) -> None:
         """The checkpoint ``cp`` is stored: keep the series admitted since the last one that
-        reached the table, forget those that did not (their events all turned out duplicates
-        or late). Without ``cp`` the store is asked which of them it holds."""
+        reached the table, forget any that did not, as a restart would. Without ``cp`` the
+        store is asked which of them it holds."""
         new, self._new = self._new, []
         if not new or not self._loaded:
             return

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import Query, Request
 
 from monitor.api.exceptions import ApiError, bad_parameter
-from monitor.cli import parse_time
+from monitor.times import parse_time_arg
 
 TIME_HELP = ("RFC 3339 time with a zone (2026-11-02T14:00:00Z) or a duration ago (30d, 2h); "
              "empty means unbounded")
@@ -28,11 +28,11 @@ def blank_as_none(value: str | None) -> str | None:
 
 
 def time_param(name: str, value: str | None, now: datetime) -> datetime | None:
-    """``value`` as :func:`monitor.cli.parse_time` reads it, or a 400 naming ``name``."""
+    """``value`` as :func:`monitor.times.parse_time_arg` reads it, or a 400 naming ``name``."""
     if not value:
         return None
     try:
-        return parse_time(value, now=now)
+        return parse_time_arg(value, now=now)
     except argparse.ArgumentTypeError as e:
         raise bad_parameter(name, str(e)) from None
     except (OverflowError, ValueError):

@@ -16,12 +16,11 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select
-
-from monitor.detect.engine import ROUTE_PREFIX, SEGMENT_PREFIX, Detection, Segment
-from monitor.store.db import READ_ONLY
+from monitor.detect.engine import Detection
+from monitor.detect.ownership import ROUTE_PREFIX, SEGMENT_PREFIX
+from monitor.detect.segments import Segment
+from monitor.store.state_reads import sources_with_state
 from monitor.store.store import Store
-from monitor.store.tables import state_table
 
 
 def clean(value: Any) -> Any:
@@ -118,13 +117,10 @@ def routes_from_detection(detection: Detection, source: str | None = None
     """The same entries from a live engine. Call it on the thread that feeds ``detection``
     (the daemon's pipeline thread, after a checkpoint) and hand the plain result to the API:
     the API's threads must never read detectors while they change."""
-    # Detection has no public accessor for its routes and segments (monitor/exposition.py
-    # reaches in the same way, on the same thread).
-    segments = detection._segments
+    view = detection.view()
     out = []
-    for route in detection._routes.values():
-        entries = [segment_entry(seg_id, segments[seg_id])
-                   for seg_id in route.segments if seg_id in segments]
+    for route in view.routes.values():
+        entries = [segment_entry(seg_id, seg) for seg_id, seg in view.segments_of(route)]
         out.append(_route_entry(route.name, source, route.partition, route.firing, entries))
     out.sort(key=lambda r: r["route"])
     return out
@@ -132,11 +128,7 @@ def routes_from_detection(detection: Detection, source: str | None = None
 
 def state_sources(store: Store) -> list[str]:
     """The sources with stored state (a daemon's consumer group, a replay, ...)."""
-    c = state_table.c
-    stmt = select(c.source).distinct().where(c.key.startswith(ROUTE_PREFIX, autoescape=True))
-    # Read-only: on SQLite a plain transaction would take the write lock checkpoints need.
-    with store.engine.execution_options(**{READ_ONLY: True}).connect() as conn:
-        return sorted(conn.execute(stmt).scalars())
+    return sources_with_state(store, ROUTE_PREFIX)
 
 
 def load_states(store: Store, sources: Iterable[str]) -> dict[str, dict[str, Any]]:

@@ -20,6 +20,7 @@ from monitor.api.limits import MAX_BODY_BYTES, BodyLimit
 from monitor.httpserver import ThreadedServer
 
 log = logging.getLogger(__name__)
+API_WORKER_THREADS = 8
 ACCESS_LOG = "uvicorn.access"
 # Query parameters that look like credentials: the API reads the token from the header only,
 # but a client that puts it in the URL must not get it written to our access log as well.
@@ -150,6 +151,9 @@ class ApiServer(ThreadedServer):
     label = "HTTP API"
     thread_name = "specwatch-api"
     error = ApiConfigError
+    # Heavy queries at once: fewer than the store's pooled connections (5 + 10 overflow),
+    # so the daemon's checkpoints, its jobs and /readyz always find one free.
+    worker_threads = API_WORKER_THREADS
 
     def __init__(self, app: ASGIApp, host: str, port: int, *, access_log: bool = False,
                  max_body_bytes: int = MAX_BODY_BYTES) -> None:

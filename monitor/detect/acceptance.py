@@ -40,9 +40,9 @@ from typing import Any, Protocol, Self, runtime_checkable
 import numpy as np
 
 from monitor.detect.acceptance_reference import RequestHistogram
+from monitor.detect.base import Detector
 from monitor.detect.calibration import quasi_cusum_threshold
 from monitor.detect.exceptions import StateVersionError
-from monitor.detect.state import require_version
 
 DAY_S = 86400.0
 
@@ -110,7 +110,7 @@ class AcceptanceDetector(Protocol):
     def reset_baseline(self) -> None: ...
 
 
-class OverdispersedCusum:
+class OverdispersedCusum(Detector):
     """Two-sided bank of quasi-likelihood CUSUMs on per-request acceptance counts.
 
     Parameters
@@ -160,7 +160,11 @@ class OverdispersedCusum:
     """
 
     KIND = "overdispersed_cusum"
-    VERSION = 1
+    # stored as given (``effects`` as the sorted list the constructor made of it)
+    PARAMS = dict.fromkeys((
+        "min_effect", "effects", "false_alarm_days", "arl_requests", "two_sided",
+        "warmup_requests", "warmup_tokens", "baseline_chunk", "min_requests", "overdispersion",
+    ), lambda value: value)
 
     def __init__(
         self,
@@ -194,16 +198,7 @@ class OverdispersedCusum:
             raise ValueError("need warmup_requests >= 50, warmup_tokens >= 0, baseline_chunk >= 10")
         if min_requests < 1:
             raise ValueError("min_requests must be >= 1")
-        self.min_effect = min_effect
-        self.effects = effects
-        self.false_alarm_days = false_alarm_days
-        self.arl_requests = arl_requests
-        self.two_sided = two_sided
-        self.warmup_requests = warmup_requests
-        self.warmup_tokens = warmup_tokens
-        self.baseline_chunk = baseline_chunk
-        self.min_requests = min_requests
-        self.overdispersion = overdispersion
+        self._set_params(locals())
         self._reset()
 
     # -- state -------------------------------------------------------------------------------
@@ -662,10 +657,6 @@ class OverdispersedCusum:
 
     # -- persistence -------------------------------------------------------------------------
 
-    _PARAMS = (
-        "min_effect", "effects", "false_alarm_days", "arl_requests", "two_sided",
-        "warmup_requests", "warmup_tokens", "baseline_chunk", "min_requests", "overdispersion",
-    )
     _STATE = (
         "_phase", "_direction", "_drift", "_recovered", "_n", "_ts_first", "_ts_last",
         "_warm_a", "_warm_d", "_warm_tokens", "_rho", "_base", "_p0", "_cal_n", "_cal_rate",
@@ -675,7 +666,7 @@ class OverdispersedCusum:
     )
     _HISTS = ("_ref", "_older_hist", "_newer_hist")
 
-    def snapshot(self) -> dict[str, Any]:
+    def _state(self) -> dict[str, Any]:
         """The whole state as JSON-ready data (floats round-trip exactly through JSON).
 
         Size: about a hundred numbers, the raw warm-up requests while warming up (at most
@@ -683,28 +674,19 @@ class OverdispersedCusum:
         bins of 4 numbers, see :mod:`monitor.detect.acceptance_reference`) and the chunk
         histograms (at most 2 x ``baseline_chunk`` bins).
         """
-        params = {name: getattr(self, name) for name in self._PARAMS}
-        params["effects"] = list(self.effects)
         state = {name[1:]: _copy(getattr(self, name)) for name in self._STATE}
         for name in self._HISTS:
             hist = getattr(self, name)
             state[name[1:]] = None if hist is None else hist.to_json()
-        return {"kind": self.KIND, "version": self.VERSION, "params": params, "state": state}
+        return {"state": state}
 
-    @classmethod
-    def restore(cls, data: dict[str, Any]) -> Self:
-        """Rebuild a detector from :meth:`snapshot` output; later outputs are identical."""
-        require_version(data, cls.KIND, cls.VERSION)
-        params = dict(data["params"])
-        params["effects"] = tuple(params["effects"])
-        det = cls(**params)
+    def _set_state(self, data: dict[str, Any]) -> None:
         state = data["state"]
-        for name in cls._STATE:
-            setattr(det, name, _copy(state[name[1:]]))
-        for name in cls._HISTS:
+        for name in self._STATE:
+            setattr(self, name, _copy(state[name[1:]]))
+        for name in self._HISTS:
             raw = state[name[1:]]
-            setattr(det, name, None if raw is None else RequestHistogram.from_json(raw))
-        return det
+            setattr(self, name, None if raw is None else RequestHistogram.from_json(raw))
 
     def __repr__(self) -> str:
         return (

@@ -11,14 +11,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from monitor.detect.state import require_version
+from monitor.detect.base import CHANGED, FIRING, ConditionDetector, field, nested
 from monitor.detect.windows import BucketRing
 from monitor.telemetry.event import Event
 
 __all__ = ["ContentionMonitor", "InactivityMonitor", "StalenessMonitor"]
 
 
-class ContentionMonitor:
+class ContentionMonitor(ConditionDetector):
     """Share of a route's draft-model requests whose draft was evicted or reloaded.
 
     Parameters
@@ -60,9 +60,10 @@ class ContentionMonitor:
     """
 
     rule = "memory_contention"
-    severity = "warning"
     KIND = "contention"
-    VERSION = 1
+    PARAMS = {"threshold": float, "window": float, "min_requests": int, "min_evicted": int,
+              "hysteresis": float, "bucket": float}
+    STATE = (nested("ring", BucketRing), FIRING, CHANGED)
 
     def __init__(
         self,
@@ -77,17 +78,8 @@ class ContentionMonitor:
             raise ValueError("threshold in [0, 1) and hysteresis in [0, threshold] required")
         if min_requests < 1 or min_evicted < 1:
             raise ValueError("min_requests and min_evicted must be >= 1")
-        self.threshold = float(threshold)
-        self.window = float(window)
-        self.min_requests = int(min_requests)
-        self.min_evicted = int(min_evicted)
-        self.hysteresis = float(hysteresis)
-        self.bucket = float(bucket)
+        self._set_params(locals())
         self._ring = BucketRing(window, bucket, 2)
-        self._firing = False
-        # True only right after the update on which ``firing`` flipped. An attribute, not a
-        # property like ``firing``: the engine reads it after every event.
-        self.changed = False
 
     def update(self, event: Event) -> None:
         """Count one request (requests without a draft model only move the window)."""
@@ -131,10 +123,6 @@ class ContentionMonitor:
             self.changed = True
 
     @property
-    def firing(self) -> bool:
-        return self._firing
-
-    @property
     def share(self) -> float | None:
         """Share of the window's draft-model requests with ``draft_evicted``."""
         n, evicted = self._ring.sums
@@ -151,34 +139,9 @@ class ContentionMonitor:
             "window_s": self.window,
         }
 
-    def snapshot(self) -> dict[str, Any]:
-        return {
-            "kind": self.KIND,
-            "version": self.VERSION,
-            "params": {
-                "threshold": self.threshold,
-                "window": self.window,
-                "min_requests": self.min_requests,
-                "min_evicted": self.min_evicted,
-                "hysteresis": self.hysteresis,
-                "bucket": self.bucket,
-            },
-            "ring": self._ring.snapshot(),
-            "firing": self._firing,
-            "changed": self.changed,
-        }
-
-    @classmethod
-    def restore(cls, data: dict[str, Any]) -> ContentionMonitor:
-        require_version(data, cls.KIND, cls.VERSION)
-        m = cls(**data["params"])
-        m._ring = BucketRing.restore(data["ring"])
-        m._firing = bool(data["firing"])
-        m.changed = bool(data["changed"])
-        return m
 
 
-class StalenessMonitor:
+class StalenessMonitor(ConditionDetector):
     """A route that was reporting has sent nothing for ``silence`` seconds.
 
     Parameters
@@ -209,20 +172,16 @@ class StalenessMonitor:
     """
 
     rule = "telemetry_stale"
-    severity = "warning"
     KIND = "staleness"
-    VERSION = 1
+    PARAMS = {"silence": float}
+    STATE = (field("last_ts"), field("now"), FIRING, CHANGED)
 
     def __init__(self, silence: float = 600.0) -> None:
         if not (silence > 0 and math.isfinite(silence)):
             raise ValueError("silence must be a finite number > 0")
-        self.silence = float(silence)
+        self._set_params(locals())
         self._last_ts: float | None = None
         self._now: float | None = None
-        self._firing = False
-        # True only right after the update on which ``firing`` flipped. An attribute, not a
-        # property like ``firing``: the engine reads it after every event.
-        self.changed = False
 
     def update(self, event: Event | float) -> None:
         """The route reported an event (an :class:`Event` or its event time)."""
@@ -255,10 +214,6 @@ class StalenessMonitor:
             self.changed = True
 
     @property
-    def firing(self) -> bool:
-        return self._firing
-
-    @property
     def last_ts(self) -> float | None:
         """Newest event time seen on the route."""
         return self._last_ts
@@ -274,32 +229,12 @@ class StalenessMonitor:
             "silence_s": self.silence,
         }
 
-    def snapshot(self) -> dict[str, Any]:
-        return {
-            "kind": self.KIND,
-            "version": self.VERSION,
-            "params": {"silence": self.silence},
-            "last_ts": self._last_ts,
-            "now": self._now,
-            "firing": self._firing,
-            "changed": self.changed,
-        }
-
-    @classmethod
-    def restore(cls, data: dict[str, Any]) -> StalenessMonitor:
-        require_version(data, cls.KIND, cls.VERSION)
-        m = cls(**data["params"])
-        m._last_ts = data["last_ts"]
-        m._now = data["now"]
-        m._firing = bool(data["firing"])
-        m.changed = bool(data["changed"])
-        return m
 
 
 _REQ, _NODRAFT, _WITH_DRAFT = range(3)
 
 
-class InactivityMonitor:
+class InactivityMonitor(ConditionDetector):
     """A route that drafted before, or reports a draft model, drafts nothing over a window.
 
     Real engines do not fail when the draft model cannot load: they keep serving without
@@ -347,9 +282,10 @@ class InactivityMonitor:
     """
 
     rule = "speculation_inactive"
-    severity = "critical"
     KIND = "inactivity"
-    VERSION = 1
+    PARAMS = {"window": float, "min_requests": int, "share": float, "bucket": float}
+    STATE = (nested("ring", BucketRing), field("ever_drafted", load=bool), field("first_ts"),
+             field("last_drafted_ts"), FIRING, CHANGED)
 
     def __init__(
         self,
@@ -362,18 +298,11 @@ class InactivityMonitor:
             raise ValueError("share must be in (0, 1]")
         if min_requests < 1:
             raise ValueError("min_requests must be >= 1")
-        self.window = float(window)
-        self.min_requests = int(min_requests)
-        self.share = float(share)
-        self.bucket = float(bucket)
+        self._set_params(locals())
         self._ring = BucketRing(window, bucket, 3)
         self._ever_drafted = False
         self._first_ts: float | None = None
         self._last_drafted_ts: float | None = None
-        self._firing = False
-        # True only right after the update on which ``firing`` flipped. An attribute, not a
-        # property like ``firing``: the engine reads it after every event.
-        self.changed = False
 
     def update(self, event: Event) -> None:
         """Count one request (a failed one says nothing about drafting: it is skipped)."""
@@ -421,10 +350,6 @@ class InactivityMonitor:
             self.changed = True
 
     @property
-    def firing(self) -> bool:
-        return self._firing
-
-    @property
     def no_draft_share(self) -> float | None:
         """Share of the window's requests that drafted nothing (None without requests)."""
         n, nodraft, _ = self._ring.sums
@@ -442,33 +367,3 @@ class InactivityMonitor:
             "last_drafted_ts": self._last_drafted_ts,
             "window_s": self.window,
         }
-
-    def snapshot(self) -> dict[str, Any]:
-        return {
-            "kind": self.KIND,
-            "version": self.VERSION,
-            "params": {
-                "window": self.window,
-                "min_requests": self.min_requests,
-                "share": self.share,
-                "bucket": self.bucket,
-            },
-            "ring": self._ring.snapshot(),
-            "ever_drafted": self._ever_drafted,
-            "first_ts": self._first_ts,
-            "last_drafted_ts": self._last_drafted_ts,
-            "firing": self._firing,
-            "changed": self.changed,
-        }
-
-    @classmethod
-    def restore(cls, data: dict[str, Any]) -> InactivityMonitor:
-        require_version(data, cls.KIND, cls.VERSION)
-        m = cls(**data["params"])
-        m._ring = BucketRing.restore(data["ring"])
-        m._ever_drafted = bool(data["ever_drafted"])
-        m._first_ts = data["first_ts"]
-        m._last_drafted_ts = data["last_drafted_ts"]
-        m._firing = bool(data["firing"])
-        m.changed = bool(data["changed"])
-        return m

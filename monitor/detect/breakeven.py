@@ -20,7 +20,7 @@ from functools import lru_cache
 from statistics import NormalDist
 from typing import Any
 
-from monitor.detect.state import require_version
+from monitor.detect.base import CHANGED, FIRING, ConditionDetector, field, nested
 from monitor.detect.windows import BucketRing
 from monitor.telemetry.event import Event
 
@@ -229,7 +229,7 @@ def ratio_interval(
 _REQ, _NODRAFT, _A, _D, _AA, _DD, _AD = range(7)
 
 
-class BreakevenMonitor:
+class BreakevenMonitor(ConditionDetector):
     """Whether a route's recent acceptance rate is, with confidence, below break-even.
 
     Parameters
@@ -281,9 +281,10 @@ class BreakevenMonitor:
     """
 
     rule = "below_breakeven"
-    severity = "warning"
     KIND = "breakeven"
-    VERSION = 1
+    PARAMS = {"cutoff": float, "window": float, "confidence": float, "hysteresis": float,
+              "min_requests": int, "min_tokens": int, "bucket": float}
+    STATE = (nested("ring", BucketRing), FIRING, CHANGED, field("last_ts"))
 
     def __init__(
         self,
@@ -303,18 +304,8 @@ class BreakevenMonitor:
             raise ValueError("hysteresis must be >= 0")
         if min_requests < 2 or min_tokens < 1:
             raise ValueError("min_requests must be >= 2 and min_tokens >= 1")
-        self.cutoff = float(cutoff)
-        self.window = float(window)
-        self.confidence = float(confidence)
-        self.hysteresis = float(hysteresis)
-        self.min_requests = int(min_requests)
-        self.min_tokens = int(min_tokens)
-        self.bucket = float(bucket)
+        self._set_params(locals())
         self._ring = BucketRing(window, bucket, 7)
-        self._firing = False
-        # True only right after the update on which ``firing`` flipped. An attribute, not a
-        # property like ``firing``: the engine reads it after every event.
-        self.changed = False
         self._last_ts: float | None = None
 
     # -- feeding ------------------------------------------------------------------------------
@@ -371,10 +362,6 @@ class BreakevenMonitor:
             self.changed = True
 
     # -- results ------------------------------------------------------------------------------
-
-    @property
-    def firing(self) -> bool:
-        return self._firing
 
     @property
     def requests(self) -> int:
@@ -453,34 +440,3 @@ class BreakevenMonitor:
             "window_s": self.window,
             "sufficient": self.sufficient,
         }
-
-    # -- state --------------------------------------------------------------------------------
-
-    def snapshot(self) -> dict[str, Any]:
-        return {
-            "kind": self.KIND,
-            "version": self.VERSION,
-            "params": {
-                "cutoff": self.cutoff,
-                "window": self.window,
-                "confidence": self.confidence,
-                "hysteresis": self.hysteresis,
-                "min_requests": self.min_requests,
-                "min_tokens": self.min_tokens,
-                "bucket": self.bucket,
-            },
-            "ring": self._ring.snapshot(),
-            "firing": self._firing,
-            "changed": self.changed,
-            "last_ts": self._last_ts,
-        }
-
-    @classmethod
-    def restore(cls, data: dict[str, Any]) -> BreakevenMonitor:
-        require_version(data, cls.KIND, cls.VERSION)
-        m = cls(**data["params"])
-        m._ring = BucketRing.restore(data["ring"])
-        m._firing = bool(data["firing"])
-        m.changed = bool(data["changed"])
-        m._last_ts = data["last_ts"]
-        return m

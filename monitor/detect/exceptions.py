@@ -1,11 +1,10 @@
 """Errors raised by the detection layer."""
 
-from monitor.exceptions import SpecwatchError
+# Shared with the alert lifecycle's snapshots, so it lives below both packages.
+from monitor.exceptions import SpecwatchError, StateVersionError
+
+__all__ = ["DetectionError", "StateVersionError"]
 
 
 class DetectionError(SpecwatchError):
     """Base class of detection errors."""
-
-
-class StateVersionError(DetectionError):
-    """A stored detector snapshot has a version this build cannot read."""

@@ -12,14 +12,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from monitor.detect.state import require_version
+from monitor import rules as catalogue
+from monitor.detect import base
 from monitor.telemetry.event import Event
 
 __all__ = ["Flip", "MetadataCondition", "MetadataRules", "pair_labels"]
 
 REVISION = "revision_mismatch"
 TOKENIZER = "tokenizer_mismatch"
-SEVERITY = {REVISION: "warning", TOKENIZER: "critical"}
 
 _LABELS = ("route", "target_model", "target_revision", "draft_model", "draft_revision")
 _NO_FLIPS: tuple[()] = ()  # shared by every update that changes nothing: no list to allocate
@@ -53,7 +53,7 @@ class MetadataCondition:
 
     @property
     def severity(self) -> str:
-        return SEVERITY[self.rule]
+        return catalogue.severity(self.rule)
 
     def evidence(self) -> dict[str, Any]:
         return {**self.details, "since": self.since, "last_seen": self.last_seen,
@@ -72,7 +72,7 @@ class Flip:
 
     @property
     def severity(self) -> str:
-        return SEVERITY[self.rule]
+        return catalogue.severity(self.rule)
 
 
 # one rule's outcome on an event: (rule, pair labels, condition key, details) to fire on the
@@ -85,7 +85,7 @@ def _key(rule: str, labels: dict[str, str]) -> str:
     return "\x1f".join([rule, *(labels[k] for k in _LABELS)])
 
 
-class MetadataRules:
+class MetadataRules(base.Detector):
     """Revision and tokenizer consistency of the model pairs seen on routes.
 
     Parameters
@@ -141,13 +141,20 @@ class MetadataRules:
     """
 
     KIND = "metadata_rules"
-    VERSION = 1
+    PARAMS = {"grace": float, "max_pairs": int}
+    STATE = (
+        base.field("first_target", dump=lambda ft: [[k, v] for k, v in ft.items()],
+              load=lambda pairs: {k: v for k, v in pairs}),
+        base.field("active", dump=lambda active: [_condition_json(c) for c in active.values()],
+              load=lambda raw: {_key(c.rule, c.labels): c for c in map(_condition, raw)}),
+        base.field("flips", dump=lambda flips: [_flip_json(f) for f in flips],
+              load=lambda raw: [_flip(f) for f in raw]),
+    )
 
     def __init__(self, grace: float = 300.0, max_pairs: int = 64) -> None:
         if grace < 0 or max_pairs < 1:
             raise ValueError("grace must be >= 0 and max_pairs >= 1")
-        self.grace = float(grace)
-        self.max_pairs = int(max_pairs)
+        self._set_params(locals())
         # (route, target model, draft model, draft revision) -> target revision first seen
         self._first_target: dict[str, str] = {}
         # condition key -> condition, in firing order
@@ -287,35 +294,21 @@ class MetadataRules:
             ]
         }  # fmt: skip
 
-    # -- state --------------------------------------------------------------------------------
 
-    def snapshot(self) -> dict[str, Any]:
-        return {
-            "kind": self.KIND,
-            "version": self.VERSION,
-            "params": {"grace": self.grace, "max_pairs": self.max_pairs},
-            "first_target": [[k, v] for k, v in self._first_target.items()],
-            "active": [
-                {"rule": c.rule, "labels": c.labels, "since": c.since,
-                 "last_seen": c.last_seen, "events": c.events, "details": c.details}
-                for c in self._active.values()
-            ],
-            "flips": [
-                {"rule": f.rule, "state": f.state, "labels": f.labels, "at": f.at,
-                 "evidence": f.evidence}
-                for f in self._flips
-            ],
-        }  # fmt: skip
+def _condition_json(c: MetadataCondition) -> dict[str, Any]:
+    return {"rule": c.rule, "labels": c.labels, "since": c.since, "last_seen": c.last_seen,
+            "events": c.events, "details": c.details}
 
-    @classmethod
-    def restore(cls, data: dict[str, Any]) -> MetadataRules:
-        require_version(data, cls.KIND, cls.VERSION)
-        rules = cls(**data["params"])
-        rules._first_target = {k: v for k, v in data["first_target"]}
-        for c in data["active"]:
-            cond = MetadataCondition(c["rule"], dict(c["labels"]), c["since"], c["last_seen"],
-                                     int(c["events"]), dict(c["details"]))  # fmt: skip
-            rules._active[_key(cond.rule, cond.labels)] = cond
-        rules._flips = [Flip(f["rule"], f["state"], dict(f["labels"]), f["at"], f["evidence"])
-                        for f in data["flips"]]  # fmt: skip
-        return rules
+
+def _condition(c: dict[str, Any]) -> MetadataCondition:
+    return MetadataCondition(c["rule"], dict(c["labels"]), c["since"], c["last_seen"],
+                             int(c["events"]), dict(c["details"]))
+
+
+def _flip_json(f: Flip) -> dict[str, Any]:
+    return {"rule": f.rule, "state": f.state, "labels": f.labels, "at": f.at,
+            "evidence": f.evidence}
+
+
+def _flip(f: dict[str, Any]) -> Flip:
+    return Flip(f["rule"], f["state"], dict(f["labels"]), f["at"], f["evidence"])

@@ -19,8 +19,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from monitor.detect.base import Detector, field, nested
 from monitor.detect.breakeven import CostModel, cutoff
-from monitor.detect.state import require_version
 from monitor.detect.windows import BucketRing
 from monitor.telemetry.event import Event
 
@@ -45,7 +45,7 @@ def speedup_curve(survival: list[float] | tuple[float, ...], marginal_cost: floa
     return out
 
 
-class PositionCurve:
+class PositionCurve(Detector):
     """Survival curve of draft positions over a sliding window, and the knee it implies.
 
     Parameters
@@ -99,7 +99,11 @@ class PositionCurve:
     """
 
     KIND = "position_curve"
-    VERSION = 1
+    PARAMS = {"cost_model": lambda cm: cm, "window": float, "bucket": float,
+              "min_steps": lambda n: n}
+    STATE = (field("num_speculative_tokens", "num_speculative_tokens"),
+             field("missing", "missing", load=int), field("mismatched", "mismatched", load=int),
+             nested("ring", BucketRing, optional=True))
 
     def __init__(
         self,
@@ -108,10 +112,7 @@ class PositionCurve:
         bucket: float = 60.0,
         min_steps: float = 200,
     ) -> None:
-        self.cost_model = cost_model
-        self.window = float(window)
-        self.bucket = float(bucket)
-        self.min_steps = min_steps
+        self._set_params(locals())
         BucketRing(window, bucket, 1)  # validates window and bucket now rather than later
         self.num_speculative_tokens: int | None = None
         self.missing = 0
@@ -331,34 +332,16 @@ class PositionCurve:
 
     # -- state --------------------------------------------------------------------------------
 
-    def snapshot(self) -> dict[str, Any]:
+    def params(self) -> dict[str, Any]:
         cm = self.cost_model
-        if self._ring is not None:
-            self._fold()  # the snapshot holds every count; when they are summed changes none
-        return {
-            "kind": self.KIND,
-            "version": self.VERSION,
-            "params": {
-                "cost_model": None if cm is None else {"c": cm.c, "v": cm.v},
-                "window": self.window,
-                "bucket": self.bucket,
-                "min_steps": self.min_steps,
-            },
-            "num_speculative_tokens": self.num_speculative_tokens,
-            "missing": self.missing,
-            "mismatched": self.mismatched,
-            "ring": None if self._ring is None else self._ring.snapshot(),
-        }
+        return {**super().params(), "cost_model": None if cm is None else {"c": cm.c, "v": cm.v}}
 
     @classmethod
-    def restore(cls, data: dict[str, Any]) -> PositionCurve:
-        require_version(data, cls.KIND, cls.VERSION)
-        params = dict(data["params"])
+    def _from_params(cls, params: dict[str, Any]) -> PositionCurve:
         cm = params.pop("cost_model")
-        curve = cls(cost_model=None if cm is None else CostModel(**cm), **params)
-        curve.num_speculative_tokens = data["num_speculative_tokens"]
-        curve.missing = int(data["missing"])
-        curve.mismatched = int(data["mismatched"])
-        ring = data["ring"]
-        curve._ring = None if ring is None else BucketRing.restore(ring)
-        return curve
+        return cls(cost_model=None if cm is None else CostModel(**cm), **params)
+
+    def _state(self) -> dict[str, Any]:
+        if self._ring is not None:
+            self._fold()  # the snapshot holds every count; when they are summed changes none
+        return super()._state()

@@ -19,38 +19,46 @@ unbounded snapshot).
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from typing import Any, Self
+from typing import Any, ClassVar
 
 from river import drift
 
-from monitor.detect.state import require_version
+from monitor.detect.base import Detector
 
 DROP = "drop"
 RISE = "rise"
 
 
-class _RiverAdapter(ABC):
-    """Shared machinery: input log, re-feeding, direction and the changed state."""
+def _river_params(*names: str) -> dict[str, Any]:
+    # the adapter's own parameters first, then river's, all stored as given
+    return {name: _as_given for name in ("min_effect", "max_replay", *names)}
 
-    KIND = ""
-    VERSION = 1
-    _RIVER_PARAMS: tuple[str, ...] = ()
+
+def _as_given(value: Any) -> Any:
+    return value
+
+
+class _RiverAdapter(Detector):
+    """Shared machinery: input log, re-feeding, direction and the changed state.
+
+    A subclass names its river class (``_RIVER``) and declares its parameters (``PARAMS``:
+    the adapter's, then the river detector's, which are passed to it by name); its
+    constructor sets them with ``_set_params(locals())`` before calling this one.
+    """
+
+    _RIVER: ClassVar[Any]
 
     def __init__(self, min_effect: float, max_replay: int | None) -> None:
         if not 0.0 < min_effect < 1.0:
             raise ValueError(f"min_effect must be in (0, 1), got {min_effect}")
         if max_replay is not None and max_replay < 100:
             raise ValueError("max_replay must be >= 100 or None")
-        self.min_effect = min_effect
-        self.max_replay = max_replay
         self._reset()
 
-    # -- subclass hooks ----------------------------------------------------------------------
-
-    @abstractmethod
     def _new_river(self) -> Any:
         """A fresh river detector with this adapter's parameters."""
+        own = ("min_effect", "max_replay")
+        return self._RIVER(**{n: getattr(self, n) for n in self.PARAMS if n not in own})
 
     def _split(self) -> tuple[float, float] | None:
         """(mean before, mean after) the change the river detector just flagged.
@@ -210,29 +218,19 @@ class _RiverAdapter(ABC):
         "_level_now", "_change_index", "_detected_ts", "_detections",
     )
 
-    def _params(self) -> dict[str, Any]:
-        out = {"min_effect": self.min_effect, "max_replay": self.max_replay}
-        out.update({name: getattr(self, name) for name in self._RIVER_PARAMS})
-        return out
-
-    def snapshot(self) -> dict[str, Any]:
-        """Parameters, the adapter's state and the inputs since the river detector's reset."""
+    def _state(self) -> dict[str, Any]:
+        """The adapter's state and the inputs since the river detector's reset."""
         state = {name[1:]: getattr(self, name) for name in self._STATE}
         state["log"] = list(self._raw)
-        return {"kind": self.KIND, "version": self.VERSION, "params": self._params(),
-                "state": state}
+        return {"state": state}
 
-    @classmethod
-    def restore(cls, data: dict[str, Any]) -> Self:
+    def _set_state(self, data: dict[str, Any]) -> None:
         """Rebuild by re-feeding the logged inputs; later outputs are identical."""
-        require_version(data, cls.KIND, cls.VERSION)
-        det = cls(**data["params"])
         state = data["state"]
-        det._rebuild(list(state["log"]))
-        for name in cls._STATE:
+        self._rebuild(list(state["log"]))
+        for name in self._STATE:
             if name != "_log":
-                setattr(det, name, state[name[1:]])
-        return det
+                setattr(self, name, state[name[1:]])
 
 
 class AdwinDetector(_RiverAdapter):
@@ -266,7 +264,8 @@ class AdwinDetector(_RiverAdapter):
     """
 
     KIND = "river_adwin"
-    _RIVER_PARAMS = ("delta", "clock", "max_buckets", "min_window_length", "grace_period")
+    PARAMS = _river_params("delta", "clock", "max_buckets", "min_window_length", "grace_period")
+    _RIVER = drift.ADWIN
 
     def __init__(
         self,
@@ -278,21 +277,8 @@ class AdwinDetector(_RiverAdapter):
         min_effect: float = 0.05,
         max_replay: int | None = 4096,
     ) -> None:
-        self.delta = delta
-        self.clock = clock
-        self.max_buckets = max_buckets
-        self.min_window_length = min_window_length
-        self.grace_period = grace_period
+        self._set_params(locals())
         super().__init__(min_effect, max_replay)
-
-    def _new_river(self) -> Any:
-        return drift.ADWIN(
-            delta=self.delta,
-            clock=self.clock,
-            max_buckets=self.max_buckets,
-            min_window_length=self.min_window_length,
-            grace_period=self.grace_period,
-        )
 
     @property
     def statistic(self) -> float:
@@ -336,7 +322,8 @@ class PageHinkleyDetector(_RiverAdapter):
     """
 
     KIND = "river_page_hinkley"
-    _RIVER_PARAMS = ("min_instances", "delta", "threshold", "alpha", "mode")
+    PARAMS = _river_params("min_instances", "delta", "threshold", "alpha", "mode")
+    _RIVER = drift.PageHinkley
 
     def __init__(
         self,
@@ -348,21 +335,8 @@ class PageHinkleyDetector(_RiverAdapter):
         min_effect: float = 0.05,
         max_replay: int | None = 4096,
     ) -> None:
-        self.min_instances = min_instances
-        self.delta = delta
-        self.threshold = threshold
-        self.alpha = alpha
-        self.mode = mode
+        self._set_params(locals())
         super().__init__(min_effect, max_replay)
-
-    def _new_river(self) -> Any:
-        return drift.PageHinkley(
-            min_instances=self.min_instances,
-            delta=self.delta,
-            threshold=self.threshold,
-            alpha=self.alpha,
-            mode=self.mode,
-        )
 
     @property
     def statistic(self) -> float:

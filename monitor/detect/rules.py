@@ -1,4 +1,4 @@
-"""The non-CUSUM rules in one place: their severities, their detectors, restoring any of them.
+"""The non-CUSUM rules' detectors in one place: which class decides a rule, restoring any of them.
 
 Every detector here exposes a *condition*: ``firing``, ``changed`` (True only right after the
 update on which ``firing`` flipped) and ``evidence()`` (an alert's ``details``), plus ``rule``
@@ -14,7 +14,7 @@ records; the detectors know nothing of alerts, sinks or clocks.
 >>> restore({"kind": "nope", "version": 1})
 Traceback (most recent call last):
 ...
-monitor.detect.exceptions.StateVersionError: unknown detector state kind 'nope'
+monitor.exceptions.StateVersionError: unknown detector state kind 'nope'
 """
 
 from __future__ import annotations
@@ -27,29 +27,9 @@ from monitor.detect.exceptions import StateVersionError
 from monitor.detect.metadata import MetadataRules
 from monitor.detect.positions import PositionCurve
 from monitor.detect.throughput import ThroughputMonitor
+from monitor.rules import CATALOGUE
 
 __all__ = ["KINDS", "RULES", "SEVERITY", "Condition", "restore"]
-
-SEVERITY: dict[str, str] = {
-    "below_breakeven": "warning",
-    "throughput_drop": "warning",
-    "revision_mismatch": "warning",
-    "tokenizer_mismatch": "critical",
-    "memory_contention": "warning",
-    "telemetry_stale": "warning",
-    "speculation_inactive": "critical",
-}
-
-RULES: dict[str, type] = {
-    "below_breakeven": BreakevenMonitor,
-    "throughput_drop": ThroughputMonitor,
-    "revision_mismatch": MetadataRules,
-    "tokenizer_mismatch": MetadataRules,
-    "memory_contention": ContentionMonitor,
-    "telemetry_stale": StalenessMonitor,
-    "speculation_inactive": InactivityMonitor,
-}
-"""Rule name -> the detector class that evaluates it."""
 
 KINDS: dict[str, Any] = {
     cls.KIND: cls
@@ -64,6 +44,15 @@ KINDS: dict[str, Any] = {
     )
 }
 """Snapshot ``kind`` -> detector class."""
+
+RULES: dict[str, type] = {
+    rule.name: KINDS[rule.detector] for rule in CATALOGUE.values() if rule.detector in KINDS
+}
+"""Rule name -> the detector class that evaluates it (the acceptance rules are the
+change-point detector's, :mod:`monitor.detect.acceptance`)."""
+
+SEVERITY: dict[str, str] = {name: CATALOGUE[name].severity for name in RULES}
+"""The severities of :data:`RULES`, from the catalogue (``monitor/rules.py``)."""
 
 
 class Condition(Protocol):

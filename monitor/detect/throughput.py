@@ -48,7 +48,7 @@ from functools import lru_cache
 from statistics import NormalDist
 from typing import Any
 
-from monitor.detect.state import require_version
+from monitor.detect.base import CHANGED, FIRING, ConditionDetector, field, nested
 from monitor.detect.windows import BucketRing, SlidingHistogram, ThinnedSample
 from monitor.telemetry.event import Event
 
@@ -241,7 +241,11 @@ def _norm(baseline: dict[str, Any]) -> _Norm:
     return baseline["beta"], baseline["ref_batch"], max(thresholds), thresholds
 
 
-class ThroughputMonitor:
+def _opt_dict(data: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if data is None else dict(data)
+
+
+class ThroughputMonitor(ConditionDetector):
     """Decode throughput fell from the segment's baseline while errors stayed flat.
 
     Parameters
@@ -301,9 +305,15 @@ class ThroughputMonitor:
     """
 
     rule = "throughput_drop"
-    severity = "warning"
     KIND = "throughput"
-    VERSION = 1
+    PARAMS = {"min_effect": float, "quantiles": lambda qs: tuple(float(q) for q in qs),
+              "alpha": float, "error_alpha": float, "hysteresis": float, "warmup": float,
+              "min_baseline": int, "window": float, "min_requests": int, "bucket": float,
+              "reservoir": int, "relative_accuracy": float}
+    STATE = (FIRING, CHANGED, field("warm_start"), field("warm_events", load=int),
+             field("warm_errors", load=int), field("warm_tput", load=int),
+             nested("sample", ThinnedSample), field("baseline", load=_opt_dict),
+             nested("ring", BucketRing), nested("hist", SlidingHistogram))
 
     def __init__(
         self,
@@ -330,27 +340,12 @@ class ThroughputMonitor:
             raise ValueError("alpha and error_alpha must be in (0, 0.5)")
         if min_baseline < 10 or min_requests < 1 or warmup < 0:
             raise ValueError("min_baseline >= 10, min_requests >= 1, warmup >= 0 required")
-        self.min_effect = float(min_effect)
-        self.quantiles = tuple(float(q) for q in quantiles)
-        self.alpha = float(alpha)
-        self.error_alpha = float(error_alpha)
-        self.hysteresis = float(hysteresis)
-        self.warmup = float(warmup)
-        self.min_baseline = int(min_baseline)
-        self.window = float(window)
-        self.min_requests = int(min_requests)
-        self.bucket = float(bucket)
-        self.reservoir = int(reservoir)
-        self.relative_accuracy = float(relative_accuracy)
+        self._set_params(locals())
         # derived from the parameters, for _decide: the per-quantile level, and per quantile
         # the bound on (k - n q)^2 / n under which a count is surely not significant
         self._level = self.alpha / len(self.quantiles)
         z2 = _skip_z2(self._level)
         self._skips = tuple((q, z2 * q * (1.0 - q) / 2.0) for q in self.quantiles)
-        self._firing = False
-        # True only right after the update on which ``firing`` flipped. An attribute, not a
-        # property like ``firing``: the engine reads it after every event.
-        self.changed = False
         self._start_warmup()
 
     def _start_warmup(self) -> None:
@@ -534,10 +529,6 @@ class ThroughputMonitor:
     # -- results ------------------------------------------------------------------------------
 
     @property
-    def firing(self) -> bool:
-        return self._firing
-
-    @property
     def ready(self) -> bool:
         """Whether the warm-up is over and a baseline exists."""
         return self._baseline is not None
@@ -599,49 +590,6 @@ class ThroughputMonitor:
 
     # -- state --------------------------------------------------------------------------------
 
-    def snapshot(self) -> dict[str, Any]:
-        return {
-            "kind": self.KIND,
-            "version": self.VERSION,
-            "params": {
-                "min_effect": self.min_effect,
-                "quantiles": list(self.quantiles),
-                "alpha": self.alpha,
-                "error_alpha": self.error_alpha,
-                "hysteresis": self.hysteresis,
-                "warmup": self.warmup,
-                "min_baseline": self.min_baseline,
-                "window": self.window,
-                "min_requests": self.min_requests,
-                "bucket": self.bucket,
-                "reservoir": self.reservoir,
-                "relative_accuracy": self.relative_accuracy,
-            },
-            "firing": self._firing,
-            "changed": self.changed,
-            "warm_start": self._warm_start,
-            "warm_events": self._warm_events,
-            "warm_errors": self._warm_errors,
-            "warm_tput": self._warm_tput,
-            "sample": self._sample.snapshot(),
-            "baseline": self._baseline,
-            "ring": self._ring.snapshot(),
-            "hist": self._hist.snapshot(),
-        }
-
-    @classmethod
-    def restore(cls, data: dict[str, Any]) -> ThroughputMonitor:
-        require_version(data, cls.KIND, cls.VERSION)
-        m = cls(**data["params"])
-        m._firing = bool(data["firing"])
-        m.changed = bool(data["changed"])
-        m._warm_start = data["warm_start"]
-        m._warm_events = int(data["warm_events"])
-        m._warm_errors = int(data["warm_errors"])
-        m._warm_tput = int(data["warm_tput"])
-        m._sample = ThinnedSample.restore(data["sample"])
-        m._baseline = None if data["baseline"] is None else dict(data["baseline"])
-        m._norm = None if m._baseline is None else _norm(m._baseline)
-        m._ring = BucketRing.restore(data["ring"])
-        m._hist = SlidingHistogram.restore(data["hist"])
-        return m
+    def _set_state(self, data: dict[str, Any]) -> None:
+        super()._set_state(data)
+        self._norm = None if self._baseline is None else _norm(self._baseline)

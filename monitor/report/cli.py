@@ -10,9 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from monitor.cli import parse_time
 from monitor.config import Config
 from monitor.report.data import GRANULARITIES
+from monitor.times import parse_time_arg
 
 
 def write_atomically(path: Path, content: str) -> None:
@@ -64,9 +64,9 @@ def register(sub: Any, with_config: Callable[[argparse.ArgumentParser], None],
     p = sub.add_parser("report", help="one route's acceptance, alerts, latency and "
                        "recommendations as a self-contained HTML page")
     p.add_argument("--route", required=True)
-    p.add_argument("--since", type=parse_time, default="30d",
+    p.add_argument("--since", type=parse_time_arg, default="30d",
                    help="RFC 3339 time or a duration ago (default: 30d)")
-    p.add_argument("--until", type=parse_time, help="RFC 3339 time or a duration ago "
+    p.add_argument("--until", type=parse_time_arg, help="RFC 3339 time or a duration ago "
                    "(default: now)")
     p.add_argument("--granularity", choices=GRANULARITIES, default="auto",
                    help="bucket size of the time charts (default: minute for up to 12 h of "

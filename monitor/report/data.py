@@ -24,18 +24,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import orjson
-from sqlalchemy import select
-
 from monitor.aggregate.bucket import BucketStats
 from monitor.aggregate.series import SeriesKey
 from monitor.detect.breakeven import DEFAULT_CUTOFF
-from monitor.detect.engine import ROUTE_PREFIX, SEGMENT_PREFIX, Segment, _key_id
+from monitor.detect.ownership import ROUTE_PREFIX, SEGMENT_PREFIX
 from monitor.detect.report import recommendation_lines
+from monitor.detect.segments import Segment, key_id
 from monitor.exceptions import SpecwatchError
+from monitor.jsonable import jsonable
 from monitor.store.query import RatioRow
+from monitor.store.report_queries import routes_with_series, state_sources
 from monitor.store.store import Store
-from monitor.store.tables import series_table, state_table
 
 __all__ = [
     "GRANULARITIES",
@@ -432,20 +431,12 @@ def _episodes(store: Store, route: str, since: datetime | None,
     return out
 
 
-def _jsonable(data: Any) -> Any:
-    """Plain JSON types (numpy scalars appear in detector evidence)."""
-    return orjson.loads(orjson.dumps(
-        data, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS))
-
-
 def _segments(store: Store, route: str, idle_after: float,
               notes: list[str]) -> list[SegmentState]:
     """Segment snapshots of every source that judged the route (a daemon, replays), the
     newest per segment: a report reads whatever process wrote the state."""
-    route_key = ROUTE_PREFIX + _key_id([route])
-    with store.engine.connect() as conn:
-        sources = sorted(conn.execute(
-            select(state_table.c.source).where(state_table.c.key == route_key)).scalars())
+    route_key = ROUTE_PREFIX + key_id([route])
+    sources = state_sources(store, route_key)
     best: dict[str, tuple[str, dict[str, Any]]] = {}
     for source in sources:
         snap = store.load_state_key(source, route_key)
@@ -465,7 +456,7 @@ def _segments(store: Store, route: str, idle_after: float,
             continue
         if seg.labels.get("num_speculative_tokens") == "0":
             continue  # speculation already off: nothing to recommend
-        ev = _jsonable(seg.breakeven.evidence())
+        ev = jsonable(seg.breakeven.evidence())
         rec = {
             "labels": dict(seg.labels),
             "recommendation": seg.breakeven.recommendation,
@@ -477,8 +468,8 @@ def _segments(store: Store, route: str, idle_after: float,
             last_event=datetime.fromtimestamp(seg.last_ts, UTC) if seg.last_ts else None,
             recommendation=seg.breakeven.recommendation, knee=seg.positions.knee,
             cutoff=seg.breakeven.cutoff, breakeven=ev,
-            positions=_jsonable(seg.positions.evidence()),
-            acceptance=_jsonable(seg.acceptance.evidence()),
+            positions=jsonable(seg.positions.evidence()),
+            acceptance=jsonable(seg.acceptance.evidence()),
             line=recommendation_lines([rec])[0],
         ))
     newest = max((s.last_event for s in out if s.last_event is not None), default=None)
@@ -493,12 +484,9 @@ def _segments(store: Store, route: str, idle_after: float,
 def _other_routes(store: Store, since: datetime | None, until: datetime,
                   limit: int = 10) -> list[str]:
     """Routes with series seen in the range: what a mistyped ``--route`` probably meant."""
-    c = series_table.c
-    stmt = select(c.route).where(c.first_seen_at < until).distinct()
-    if since is not None:
-        stmt = stmt.where(c.last_seen_at >= since - STEP["hour"])
-    with store.engine.connect() as conn:
-        routes = sorted(set(conn.execute(stmt).scalars()))
+    routes = routes_with_series(
+        store, first_seen_before=until,
+        last_seen_since=None if since is None else since - STEP["hour"])
     return routes[:limit]
 
 

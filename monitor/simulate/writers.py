@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from monitor.kafka_producer import json_array, make_producer, route_key, writer_settings
 from monitor.simulate.exceptions import SimulationError
 
 log = logging.getLogger(__name__)
@@ -86,8 +87,6 @@ class KafkaWriter:
         max_message_bytes: int = 900_000,
         **producer_config: Any,
     ) -> None:
-        from kafka import KafkaProducer  # imported late: writing files needs no Kafka client
-
         from monitor.sources.topics import ensure_topics
 
         if batch_size < 1:
@@ -98,16 +97,10 @@ class KafkaWriter:
         self.max_message_bytes = max_message_bytes
         if create_topic:
             ensure_topics(bootstrap_servers, [topic], partitions=partitions)
-        config: dict[str, Any] = {
-            "bootstrap_servers": bootstrap_servers,
-            "linger_ms": linger_ms,
-            "batch_size": 1 << 20,
-            "max_request_size": max(1 << 20, 2 * max_message_bytes),
-            "acks": 1,
-            "client_id": "specwatch-simulate",
-        }
-        config.update(producer_config)
-        self._producer = KafkaProducer(**config)
+        self._producer = make_producer(  # producer_config may name its own client_id
+            bootstrap_servers, "specwatch-simulate",
+            writer_settings(linger_ms, max_message_bytes), producer_config,
+        )
         self._buffers: dict[str, list[bytes]] = {}
         self._sizes: dict[str, int] = {}
         self._since: dict[str, float] = {}
@@ -151,8 +144,8 @@ class KafkaWriter:
         self._since.pop(route, None)
         if not buf:
             return
-        value = buf[0] if self.batch_size == 1 else b"[" + b",".join(buf) + b"]"
-        future = self._producer.send(self.topic, key=route.encode("utf-8"), value=value)
+        value = buf[0] if self.batch_size == 1 else json_array(buf)
+        future = self._producer.send(self.topic, key=route_key(route), value=value)
         future.add_errback(self._errors.append)
         self.sent += len(buf)
         self.messages += 1

@@ -16,9 +16,15 @@ lost; the stretch read again meets the stored dedup state, so nothing is counted
 commit that landed although the client saw it fail (the ambiguous commit) is covered by the
 same reload.
 
-Broker outages need no action here: kafka-python reconnects and the group rejoins on its own
-(a rejoin revokes and re-assigns, which reloads from the store). :meth:`KafkaSource.broker_up`
-reports whether a broker answered recently, for ``/readyz`` and ``specwatch_broker_up``.
+Broker outages. kafka-python reconnects and the group rejoins on its own (a rejoin revokes
+and re-assigns, which reloads from the store), but some of its errors escape ``poll()`` on the
+way (``KafkaConnectionError`` from the coordinator lookup when connections are reset, say).
+Such an error is handled here: polling goes on after a capped exponential backoff, every owned
+partition first sought back to where the pipeline stands (the failed poll may have taken
+records it never returned). Only an error retrying
+cannot fix (see :mod:`monitor.sources.kafka_errors`: bad credentials, no authorization)
+stops the source, as a :class:`BrokerConfigError`. :meth:`KafkaSource.broker_up` reports
+whether a broker answered recently, for ``/readyz`` and ``specwatch_broker_up``.
 """
 
 from __future__ import annotations
@@ -27,13 +33,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
+from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 
 from monitor.config import KafkaConfig
 from monitor.deadletter import DeadLetterUnavailableError
 from monitor.pipeline import Pipeline
+from monitor.sources.kafka_errors import config_error, describe, startup_error
 from monitor.store.exceptions import StoreUnavailableError
 
 log = logging.getLogger(__name__)
@@ -42,6 +51,8 @@ log = logging.getLogger(__name__)
 IDLE_POLLS = 3  # empty polls in a row that mean nothing is left to read
 PROBE_MIN_S = 0.5  # first wait before probing an unavailable store; doubles up to the max
 PROBE_MAX_S = 10.0
+RETRY_MIN_S = 0.25  # first wait after a client error escaped poll(); doubles up to the max
+RETRY_MAX_S = 5.0  # well inside max_poll_interval_ms: the membership outlives the wait
 BROKER_SILENCE_MIN_S = 5.0  # the broker counts as down after this long without an answer
 
 # What makes a checkpoint impossible for now; anything else is a bug and propagates.
@@ -89,6 +100,16 @@ class _Outage:
         self.next_probe = now + delay
 
 
+class _ClientErrors:
+    """Backoff state while Kafka client errors escape poll()."""
+
+    def __init__(self, now: float, delay: float) -> None:
+        self.since = now
+        self.delay = delay
+        self.retry_at = now + delay
+        self.count = 0
+
+
 class KafkaSource:
     """Polls the telemetry topic and feeds the pipeline, checkpointing as it goes."""
 
@@ -100,6 +121,7 @@ class KafkaSource:
         consumer_factory: Callable[..., KafkaConsumer] = KafkaConsumer,
         probe: Callable[[], None] | None = None,
         probe_backoff: tuple[float, float] = (PROBE_MIN_S, PROBE_MAX_S),
+        retry_backoff: tuple[float, float] = (RETRY_MIN_S, RETRY_MAX_S),
     ) -> None:
         """``probe`` checks that the store answers (``Store.ping``) when no partition is
         owned; with partitions, reloading them is the probe."""
@@ -115,7 +137,20 @@ class KafkaSource:
         self.broker_silence_s = max(BROKER_SILENCE_MIN_S,
                                     3 * config.heartbeat_interval_ms / 1000)
         self._broker_up = False
-        self.consumer = consumer_factory(
+        self.retry_backoff = retry_backoff
+        self._client_error: _ClientErrors | None = None  # errors escaped poll(), in a row
+        self._reload_due = False  # owned partitions to seek back before the next poll
+        try:
+            self.consumer = self._consumer(consumer_factory)
+        except KafkaError as e:  # before anything is consumed: stopping loses nothing
+            raise startup_error(e, f"Kafka at {config.bootstrap_servers}") from e
+        self.consumer.subscribe([config.topic], listener=_Rebalance(self))
+        self._empty_polls = 0
+        pipeline.metrics.watch_broker(self.broker_up)
+
+    def _consumer(self, factory: Callable[..., KafkaConsumer]) -> KafkaConsumer:
+        config = self.config
+        return factory(
             bootstrap_servers=config.bootstrap_servers,
             group_id=config.group_id,
             client_id=config.client_id,
@@ -128,12 +163,13 @@ class KafkaSource:
             fetch_max_bytes=config.fetch_max_bytes,
             max_partition_fetch_bytes=config.fetch_max_bytes,
         )
-        self.consumer.subscribe([config.topic], listener=_Rebalance(self))
-        self._empty_polls = 0
-        pipeline.metrics.watch_broker(self.broker_up)
 
-    def resume(self, assigned: Iterable[TopicPartition]) -> None:
-        """Load stored state for ``assigned`` and seek each partition to its stored offset."""
+    def resume(self, assigned: Iterable[TopicPartition], *, unread_from_start: bool = False
+               ) -> None:
+        """Load stored state for ``assigned`` and seek each partition to its stored offset
+        (a partition held already: to where the pipeline stands). ``unread_from_start``: a
+        partition never read nor stored goes back to its start if ``auto_offset_reset`` is
+        ``earliest`` (a poll may have taken its first records and then raised)."""
         by_partition = {tp.partition: tp for tp in assigned}
         resume = self.pipeline.assign(by_partition)
         for p, tp in by_partition.items():
@@ -142,15 +178,21 @@ class KafkaSource:
                 offset = self._first_read.get(p)
             if offset is not None:
                 self.consumer.seek(tp, offset)
+            elif unread_from_start and self.config.auto_offset_reset == "earliest":
+                self.consumer.seek_to_beginning(tp)
 
     def poll_once(self, timeout_ms: int = 200) -> int:
         """One poll: process what arrived and checkpoint when due. Returns records read."""
+        if self._backing_off(timeout_ms):
+            return 0
+        if self._reload_due:
+            self.reload()
         if self._outage is not None:
             self._poll_paused(timeout_ms)
             return 0
-        batch = self.consumer.poll(timeout_ms=timeout_ms)
-        if self._outage is not None:  # a rebalance inside poll() met the outage
-            return 0
+        batch = self._poll(timeout_ms)
+        if batch is None or self._outage is not None:  # an error, or a rebalance inside
+            return 0  # poll() met the outage
         pipeline = self.pipeline
         owned = set(pipeline.partitions)
         n = 0
@@ -212,7 +254,8 @@ class KafkaSource:
 
     def _poll_paused(self, timeout_ms: int) -> None:
         """Keep the membership alive without fetching; probe when the backoff says so."""
-        self.consumer.poll(timeout_ms=timeout_ms)  # heartbeats, rebalances; no records
+        if self._poll(timeout_ms) is None:  # heartbeats, rebalances; no records
+            return
         self.pause_all()  # partitions assigned in that poll too
         outage = self._outage
         if outage is None or time.monotonic() < outage.next_probe:
@@ -227,6 +270,7 @@ class KafkaSource:
             self.outage(e)
             return
         self._outage = None
+        self._reload_due = False  # the probe was the reload
         self._empty_polls = 0
         metrics = self.pipeline.metrics
         metrics.store_up.set(1)
@@ -236,6 +280,72 @@ class KafkaSource:
             self.consumer.resume(*paused)
         log.warning("recovered after %.1fs: %d partitions reloaded from the store, "
                     "ingestion resumed", time.monotonic() - outage.since, len(assigned))
+
+    # -- client errors ---------------------------------------------------------------------
+
+    def _poll(self, timeout_ms: int) -> dict[TopicPartition, list[Any]] | None:
+        """``consumer.poll()``; ``None`` when a client error escaped it (handled here)."""
+        try:
+            batch = self.consumer.poll(timeout_ms=timeout_ms)
+        except KafkaError as e:
+            self.client_error(e)
+            return None
+        if self._client_error is not None:
+            log.warning("the broker answers again after %.1fs and %d client errors; "
+                        "consuming from the stored offsets", time.monotonic()
+                        - self._client_error.since, self._client_error.count)
+            self._client_error = None
+        return batch
+
+    def client_error(self, cause: KafkaError) -> None:
+        """An error escaped the client: stop on a configuration error; else back off, and
+        seek back to where the pipeline stands at the next poll (the failed poll may have
+        taken records it never returned)."""
+        error = config_error(cause, f"consuming {self.config.topic} from "
+                                    f"{self.config.bootstrap_servers}")
+        if error is not None:
+            raise error from cause
+        self.pipeline.metrics.broker_errors.inc()
+        now = time.monotonic()
+        lo, hi = self.retry_backoff
+        errors = self._client_error
+        if errors is None:
+            errors = self._client_error = _ClientErrors(now, lo)
+            log.warning("Kafka client error (%s); consuming again once the broker answers",
+                        describe(cause), exc_info=not cause.retriable)
+        else:
+            errors.delay = min(hi, errors.delay * 2)
+            log.info("Kafka client error again (%s); next try in %.1fs", describe(cause),
+                     errors.delay)
+        errors.count += 1
+        errors.retry_at = now + errors.delay
+        self._reload_due = self._outage is None  # in an outage its recovery reloads
+
+    def restart_from_store(self) -> None:
+        """What a restart would do, without one: forget everything uncommitted, and read
+        every owned partition again from its stored offset (sought at the next poll)."""
+        self.pipeline.drop_all()
+        self._reload_due = self._outage is None
+
+    def reload(self) -> None:
+        """Seek every owned partition to where the pipeline stands, loading from the store
+        those it does not hold (all of them after :meth:`restart_from_store`)."""
+        self._reload_due = False
+        try:
+            self.resume(self.consumer.assignment(), unread_from_start=True)
+        except OUTAGES as e:
+            self.outage(e)
+
+    def _backing_off(self, timeout_ms: int) -> bool:
+        """Wait out (a slice of) the backoff after a client error; True while it lasts."""
+        errors = self._client_error
+        if errors is None:
+            return False
+        left = errors.retry_at - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(left, timeout_ms / 1000))  # a slice: stop() is seen within timeout_ms
+        return True
 
     # -- the broker ------------------------------------------------------------------------
 
@@ -247,6 +357,9 @@ class KafkaSource:
         heartbeats answer every second or so while a broker lives. Thread-safe enough for a
         scrape: it only reads; a race with the network thread keeps the last answer.
         """
+        if self._client_error is not None:  # errors escape poll(): down, whatever is open
+            self._broker_up = False
+            return False
         try:
             conns = list(self.consumer._client._manager._conns.values())
             reads = [c.transport.last_read for c in conns
@@ -313,4 +426,7 @@ class KafkaSource:
         try:
             self.checkpoint()
         finally:
-            self.consumer.close()
+            try:
+                self.consumer.close()
+            except KafkaError as e:  # the broker away: the group times the member out
+                log.warning("Kafka consumer closed uncleanly: %s", describe(e))

@@ -9,42 +9,116 @@ event-time and dedup state, as if the two were one stream.
 
 from __future__ import annotations
 
-import gzip
-import io
 import os
 import shutil
 import sys
 import time
-from collections.abc import Iterator
+import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
 from monitor.deadletter import DeadLetterSink
+from monitor.eventtime import FixedNow, Lookahead, PlausibleTime
 from monitor.pipeline import IngestSummary, Pipeline
+from monitor.sources.exceptions import InputEndedEarlyError, ReplayInputError
 from monitor.telemetry.event import Rejection
 
 PARTITION = 0
+GZ_CHUNK = 1 << 20  # bytes read, and decompressed, at a time
+
+
+# What reading a file can raise: the OS (EIO, EISDIR), a truncated gzip stream (EOFError), a
+# corrupt one (zlib.error).
+_READ_ERRORS = (OSError, EOFError, zlib.error)
 
 
 @dataclass(slots=True)
-class _Input:
+class ReplayInput:
     lines: Iterator[bytes]
     total_bytes: int | None
     position: Any  # () -> bytes consumed so far
     close: Any
 
 
-def open_input(path: str) -> _Input:
-    """Lines of ``path`` (``-`` for stdin; ``.gz`` decompressed on the fly)."""
+class _ReadFailed(Exception):
+    """A read error of the input, kept apart from errors raised while processing lines."""
+
+
+def _reading(stream: Iterable[bytes]) -> Iterator[bytes]:
+    try:
+        yield from stream
+    except _READ_ERRORS as e:
+        raise _ReadFailed(_reason(e)) from e
+
+
+def _reason(e: BaseException) -> str:
+    return (e.strerror if isinstance(e, OSError) and e.strerror else str(e)) or type(e).__name__
+
+
+def open_input(path: str) -> ReplayInput:
+    """Lines of ``path`` (``-`` for stdin; ``.gz`` decompressed on the fly).
+
+    :class:`ReplayInputError` when it cannot be opened: open it before anything is created.
+    """
     if path == "-":
+        if sys.stdin is None:  # started with stdin closed (``<&-``)
+            raise ReplayInputError("stdin is closed: give a file, or pipe the telemetry in")
         stdin = sys.stdin.buffer
-        return _Input(iter(stdin), None, lambda: 0, lambda: None)
-    raw: IO[bytes] = open(path, "rb")  # noqa: SIM115 - closed via _Input.close
+        return ReplayInput(_reading(stdin), None, lambda: 0, lambda: None)
+    try:
+        raw: IO[bytes] = open(path, "rb")  # noqa: SIM115 - closed via ReplayInput.close
+    except OSError as e:
+        raise ReplayInputError(f"cannot read {path}: {_reason(e)}") from None
     total = os.fstat(raw.fileno()).st_size
-    stream: IO[bytes] = raw
-    if path.endswith(".gz"):
-        stream = io.BufferedReader(gzip.GzipFile(fileobj=raw), buffer_size=1 << 20)
-    return _Input(iter(stream), total, raw.tell, raw.close)
+    stream: Iterable[bytes] = _lines(_gunzip(raw)) if path.endswith(".gz") else raw
+    return ReplayInput(_reading(stream), total, raw.tell, raw.close)
+
+
+def _gunzip(raw: IO[bytes], chunk: int = GZ_CHUNK) -> Iterator[bytes]:
+    """The decompressed bytes of a gzip file (one member or several), piece by piece.
+
+    Not :mod:`gzip`: its buffered reader drops what it decompressed in a read that then meets
+    the end of a truncated file, up to a megabyte of good lines here. This hands out every
+    byte that can be decompressed before raising :class:`EOFError`. Each piece is at most
+    ``chunk`` bytes, whatever the compression ratio.
+    """
+    member = zlib.decompressobj(wbits=31)
+    started = False  # input of the current member was read
+    while data := raw.read(chunk):
+        while data:
+            started = True
+            try:
+                out = member.decompress(data, chunk)
+            except zlib.error as e:
+                raise zlib.error(f"not gzip data, or damaged ({e})") from None
+            data = member.unconsumed_tail
+            if out:
+                yield out
+            if member.eof:  # the next member, if any, starts in what is left
+                data = member.unused_data.lstrip(b"\0")  # zero padding ends a file, as in gzip
+                member, started = zlib.decompressobj(wbits=31), False
+    if started:
+        raise EOFError("Compressed file ended before the end-of-stream marker was reached")
+
+
+def _lines(pieces: Iterable[bytes]) -> Iterator[bytes]:
+    """Lines (without their newline) of a stream handed out in pieces. A long line's
+    pieces are joined once, when it ends: never copied again and again as it grows."""
+    pending: list[bytes] = []
+    for piece in pieces:
+        parts = piece.split(b"\n")
+        if len(parts) == 1:
+            pending.append(piece)
+            continue
+        pending.append(parts[0])
+        yield b"".join(pending)
+        pending = []
+        yield from parts[1:-1]
+        if parts[-1]:
+            pending.append(parts[-1])
+    if pending:
+        yield b"".join(pending)
 
 
 class _WithLine:
@@ -64,28 +138,51 @@ class _WithLine:
         self.sink.close()
 
 
-def replay(path: str, pipeline: Pipeline, *, progress: bool | None = None) -> IngestSummary:
-    """Run every line of ``path`` through ``pipeline`` and checkpoint at the end."""
+def replay(path: str, pipeline: Pipeline, *, progress: bool | None = None,
+           src: ReplayInput | None = None, now: float | None = None) -> IngestSummary:
+    """Run every line of ``path`` through ``pipeline`` and checkpoint at the end.
+
+    Events too far in the future are judged against the newest plausible time of the file
+    (lines are read a few ahead for it), or against ``now`` when given (``--now``).
+
+    ``src``: ``path`` already opened (:func:`open_input`; closed here). When the input
+    breaks off, the lines read before the break are committed and
+    :class:`InputEndedEarlyError` says where it stopped.
+    """
+    src = src or open_input(path)
     resume = pipeline.assign([PARTITION])
     base = resume.get(PARTITION) or 0
     pipeline.dead_letter = _WithLine(pipeline.dead_letter, path, base)
-    src = open_input(path)
     show = sys.stderr.isatty() if progress is None else progress
     bar = _progress_bar(src.total_bytes) if show else None
-    process, due, summary = pipeline.process, pipeline.due, pipeline.summary
+    due, summary = pipeline.due, pipeline.summary
+    wall_clock = pipeline.future
+    ahead = _lookahead(pipeline, now)
     offset = base
     started = last_draw = time.monotonic()
     try:
-        for line in src.lines:
-            line = line.rstrip(b"\r\n")
-            if line.strip():
-                process(PARTITION, offset, line)
-            offset += 1
-            if due():
-                pipeline.checkpoint()
-                if bar is not None and time.monotonic() - last_draw > 0.2:
-                    last_draw = time.monotonic()
-                    _draw(bar, src.position(), summary.events, last_draw - started)
+        try:
+            for line in src.lines:
+                line = line.rstrip(b"\r\n")
+                if line.strip():
+                    ahead.feed(offset, line)
+                offset += 1
+                if due():
+                    pipeline.checkpoint()
+                    if bar is not None and time.monotonic() - last_draw > 0.2:
+                        last_draw = time.monotonic()
+                        _draw(bar, src.position(), summary.events, last_draw - started)
+        except _ReadFailed as e:
+            read = offset - base
+            if not read:
+                raise ReplayInputError(f"cannot read {path}: {e}") from e.__cause__
+            ahead.drain()
+            pipeline.checkpoint()  # what was read is good: keep it
+            raise InputEndedEarlyError(
+                f"{path}: input ended early at line {read + 1:,}: {e}; the {read:,} lines "
+                f"before it were committed ({summary.line()})"
+            ) from e.__cause__
+        ahead.drain()
         pipeline.checkpoint()
         if bar is not None:
             _draw(bar, src.position(), summary.events, time.monotonic() - started)
@@ -94,7 +191,20 @@ def replay(path: str, pipeline: Pipeline, *, progress: bool | None = None) -> In
             bar.close()
         src.close()
         pipeline.dead_letter = pipeline.dead_letter.sink  # type: ignore[attr-defined]
+        pipeline.future = wall_clock
     return summary
+
+
+def _lookahead(pipeline: Pipeline, now: float | None) -> Lookahead:
+    """Set ``pipeline``'s future rule for a file (it has no wall clock of its own); the
+    reader feeds lines through the returned :class:`Lookahead`."""
+    skew = pipeline.config.max_future_skew
+    if now is not None:
+        pipeline.future = FixedNow(now, skew)
+        return Lookahead(None, pipeline.parser.parse, pipeline.process, PARTITION)
+    rule = PlausibleTime(skew, pipeline.config.allowed_lateness)
+    pipeline.future = rule
+    return Lookahead(rule, pipeline.parser.parse, pipeline.process, PARTITION)
 
 
 def _progress_bar(total: int | None) -> Any:

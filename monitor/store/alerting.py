@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, and_, func, insert, or_, select, update
 
-from alerts.silences import Silence
+from monitor.silence import Silence
 from monitor.store.leases import acquire_lease, lease_state, release_lease
 from monitor.store.series_ids import dialect_insert
 from monitor.store.tables import (

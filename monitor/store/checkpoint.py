@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from alerts.record import AlertRecord
 from monitor.aggregate.bucket import BucketStats
 from monitor.aggregate.series import SeriesKey
+from monitor.alert_record import AlertRecord
 
 MINUTE = 60
 GRANULARITIES = {"minute": 60, "hour": 3600, "day": 86400}

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -14,11 +18,18 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.script.revision import RevisionError
 from alembic.util.exc import CommandError
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import URL, Connection, Engine, create_engine, event
+from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
-from monitor.store.exceptions import NotMigratedError, StoreError
+from monitor.jsonable import json_text
+from monitor.store.exceptions import (
+    DatabaseUrlError,
+    NotMigratedError,
+    StoreError,
+    StoreUnavailableError,
+)
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
 
@@ -61,6 +72,37 @@ def normalize_url(url: str) -> str:
     return url
 
 
+SUPPORTED_URLS = "sqlite:///PATH or postgresql://USER:PASSWORD@HOST:PORT/DATABASE"
+_BACKENDS = frozenset({"sqlite", "postgresql"})
+
+
+def parse_url(url: str) -> URL:
+    """``url`` read by SQLAlchemy; :class:`DatabaseUrlError` unless it is SQLite or PostgreSQL.
+
+    >>> parse_url("postgres://u@h/db").drivername
+    'postgresql+psycopg'
+    >>> parse_url("mysql://u@h/db")
+    Traceback (most recent call last):
+    ...
+    monitor.store.exceptions.DatabaseUrlError: mysql databases are not supported \
+(mysql://u@h/db): specwatch stores into SQLite or PostgreSQL, \
+sqlite:///PATH or postgresql://USER:PASSWORD@HOST:PORT/DATABASE
+    """
+    try:
+        u = make_url(normalize_url(url))
+    except (ArgumentError, ValueError):
+        raise DatabaseUrlError(
+            f"cannot read database URL {redact_url(url)!r}: want {SUPPORTED_URLS}"
+        ) from None
+    backend = u.get_backend_name()
+    if backend not in _BACKENDS:
+        raise DatabaseUrlError(
+            f"{backend} databases are not supported ({redact_url(url)}): specwatch stores "
+            f"into SQLite or PostgreSQL, {SUPPORTED_URLS}"
+        )
+    return u
+
+
 def redact_url(url: str) -> str:
     """``url`` with its password (also one given as a query parameter) replaced by ``***``.
 
@@ -82,10 +124,6 @@ def redact_url(url: str) -> str:
     return _SECRET_QUERY.sub(r"\1***", u.render_as_string(hide_password=True))
 
 
-def _json_dumps(obj: Any) -> str:
-    return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY).decode()
-
-
 def make_engine(
     url: str,
     *,
@@ -102,10 +140,14 @@ def make_engine(
     forever) and connections get :data:`PG_CONNECT_DEFAULTS`: a dead, frozen or unreachable
     server is an error within seconds (:func:`is_unavailable`), never a hang.
     """
-    u = make_url(normalize_url(url))
-    json_args: dict[str, Any] = {"json_serializer": _json_dumps, "json_deserializer": orjson.loads}
+    u = parse_url(url)
+    json_args: dict[str, Any] = {"json_serializer": json_text, "json_deserializer": orjson.loads}
     if u.get_backend_name() != "sqlite":
-        engine = create_engine(u, pool_pre_ping=True, **json_args)
+        try:
+            engine = create_engine(u, pool_pre_ping=True, **json_args)
+        except (NoSuchModuleError, ImportError) as e:  # a driver this build does not ship
+            raise DatabaseUrlError(f"cannot use {redact_url(url)}: {e}; want "
+                                   f"{SUPPORTED_URLS}") from None
         if u.get_driver_name() == "psycopg":
             _bound_psycopg(engine, io_timeout)
         return engine
@@ -213,6 +255,45 @@ def is_unavailable(exc: BaseException) -> bool:
     return True
 
 
+def _sqlite_hint(url: URL) -> str:
+    """Why SQLite could not open the file at ``url``, when the file system says."""
+    if not url.database or url.database == ":memory:":
+        return ""
+    path = Path(url.database)
+    if path.is_dir():
+        return f" ({path} is a directory)"
+    parent = path.absolute().parent
+    if not parent.is_dir():
+        return f" (directory {parent} does not exist)"
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return f" ({path if path.exists() else parent} is not writable)"
+    return ""
+
+
+@contextmanager
+def opening(engine: Engine, shown: str) -> Iterator[None]:
+    """A failure to open or read the database at start as one line: a
+    :class:`StoreUnavailableError` for what may pass with time (refused, timed out, locked),
+    else a :class:`StoreError` (authentication, no such database, no such directory)."""
+    try:
+        yield
+    except DBAPIError as exc:
+        orig = exc.orig if exc.orig is not None else exc
+        first = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+        hint = _sqlite_hint(engine.url) if engine.url.get_backend_name() == "sqlite" else ""
+        error = StoreUnavailableError if is_unavailable(exc) else StoreError
+        raise error(f"cannot open database {shown}: {first}{hint}") from exc
+
+
+def _shown(engine_or_url: Engine | str, display_url: str | None) -> str:
+    """The URL for messages: as the user wrote it if known, never with its password."""
+    if display_url is not None:
+        return redact_url(display_url)
+    if isinstance(engine_or_url, str):
+        return redact_url(engine_or_url)
+    return engine_or_url.url.render_as_string(hide_password=True)
+
+
 def migrations_dir() -> str:
     """The directory of the ``migrations`` package, installed or in a checkout."""
     spec = importlib.util.find_spec("migrations")
@@ -238,11 +319,16 @@ def head_revision() -> str:
     return head
 
 
-def current_revision(engine_or_url: Engine | str) -> str | None:
-    """The database's schema revision, ``None`` when it was never migrated."""
+def current_revision(engine_or_url: Engine | str, *, display_url: str | None = None
+                     ) -> str | None:
+    """The database's schema revision, ``None`` when it was never migrated.
+
+    A database that cannot be opened is a one-line :class:`StoreError` (see :func:`opening`).
+    """
     engine = make_engine(engine_or_url) if isinstance(engine_or_url, str) else engine_or_url
     try:
-        with engine.connect().execution_options(**{READ_ONLY: True}) as conn:
+        with opening(engine, _shown(engine_or_url, display_url)), \
+                engine.connect().execution_options(**{READ_ONLY: True}) as conn:
             return MigrationContext.configure(conn).get_current_revision()
     finally:
         if isinstance(engine_or_url, str):
@@ -253,8 +339,27 @@ def upgrade(url: str, revision: str = "head") -> None:
     """Migrate the database at ``url`` to ``revision``, in one transaction."""
     engine = make_engine(url)
     try:
-        with engine.begin() as conn:
+        with opening(engine, redact_url(url)), engine.begin() as conn:
             command.upgrade(_alembic_config(conn), revision)
+    finally:
+        engine.dispose()
+
+
+def create_if_new(url: str) -> bool:
+    """Migrate the database at ``url`` if it holds no table at all (a SQLite file not there
+    yet, an empty PostgreSQL database) and say whether it did.
+
+    A database with tables is left alone, migrated or not: nothing here decides what to do
+    with someone's data (:func:`check_migrated` refuses it with the way out). The check and
+    the migration are one transaction, so two processes cannot both migrate it.
+    """
+    engine = make_engine(url)
+    try:
+        with opening(engine, redact_url(url)), engine.begin() as conn:
+            if sa_inspect(conn).get_table_names():
+                return False
+            command.upgrade(_alembic_config(conn), "head")
+            return True
     finally:
         engine.dispose()
 
@@ -264,15 +369,9 @@ def check_migrated(engine_or_url: Engine | str, *, display_url: str | None = Non
 
     ``display_url`` is the URL as the user wrote it, for the message (it is redacted here).
     """
-    if display_url is None and isinstance(engine_or_url, str):
-        display_url = engine_or_url
-    if display_url is not None:
-        shown = redact_url(display_url)
-    else:
-        assert isinstance(engine_or_url, Engine)
-        shown = engine_or_url.url.render_as_string(hide_password=True)
+    shown = _shown(engine_or_url, display_url)
     head = head_revision()
-    current = current_revision(engine_or_url)
+    current = current_revision(engine_or_url, display_url=display_url)
     if current == head:
         return
     if current is not None:

@@ -8,6 +8,10 @@ class StoreError(SpecwatchError):
     """Base class of store errors."""
 
 
+class DatabaseUrlError(StoreError):
+    """The database URL cannot be read, or names a database specwatch does not store into."""
+
+
 class NotMigratedError(StoreError):
     """The database schema is missing or not at the revision this build needs."""
 

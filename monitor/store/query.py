@@ -6,8 +6,8 @@ import csv
 import io
 import json
 import unicodedata
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -231,22 +231,197 @@ def _table_value(row: RatioRow, name: str) -> str:
 
 
 def _table(rows: Sequence[RatioRow]) -> str:
+    """Every field, headed by its name (``specwatch ratios --wide``)."""
     numeric = {*_RATIO_COUNTERS, "num_speculative_tokens", "acceptance_rate"}
     numeric.add("mean_accepted_length")
-    cells = [list(COLUMNS)] + [[_table_value(r, c) for c in COLUMNS] for r in rows]
-    widths = [max(_width(line[i]) for line in cells) for i in range(len(COLUMNS))]
+    body = ([_table_value(r, c) for c in COLUMNS] for r in rows)
+    return _aligned(COLUMNS, [c in numeric for c in COLUMNS], body)
+
+
+# --- the terminal table: chosen columns --------------------------------------------------
+
+# One bucket of one series, the latency sketches behind the ttft/e2e/decode columns.
+Latency = Mapping[tuple[SeriesKey, datetime], BucketStats]
+
+
+@dataclass(frozen=True, slots=True)
+class _Column:
+    heading: str
+    value: Callable[[RatioRow, BucketStats | None], str]
+    numeric: bool = False
+    latency: bool = False  # needs the bucket's sketches, a second read
+
+
+def _bucket(row: RatioRow, _: BucketStats | None) -> str:
+    # Buckets start on whole minutes; Python reads this form back (--since 2026-11-02T22:00Z).
+    text = rfc3339(row.bucket_start)
+    return text[:-4] + "Z" if text.endswith(":00Z") else text
+
+
+def _short_model(name: str) -> str:
+    return name.rsplit("/", 1)[-1]  # "meta-llama/Llama-3.1-8B" -> "Llama-3.1-8B"
+
+
+def short_pair(target_model: str, draft_model: str, method: str, k: int,
+               width: int = 42, tag: str = "") -> str:
+    """``target/draft`` for a narrow column: organisations dropped, the draft's leading words
+    that repeat the target's elided, ``tag`` added, the middle cut when still wider than
+    ``width``.
+
+    >>> short_pair("Qwen/qwen2.5-coder-32b-instruct", "Qwen/qwen2.5-coder-0.5b-instruct", "", 5)
+    'qwen2.5-coder-32b-instruct/…0.5b-instruct'
+    >>> short_pair("llama-3.1-70b-instruct", "", "ngram", 4)
+    'llama-3.1-70b-instruct/ngram'
+    >>> short_pair("llama-3.1-70b-instruct", "", "", 0)
+    'llama-3.1-70b-instruct (no speculation)'
+    >>> short_pair("a" * 30, "b" * 30, "", 3, width=20)
+    'aaaaaaaaa…bbbbbbbbbb'
+    >>> short_pair("llama-3.1-70b-instruct", "llama-3.2-1b-instruct", "", 3, tag=" @2026-12-01")
+    'llama-3.1-70b-instru…-instruct @2026-12-01'
+    """
+    target = _short_model(target_model)
+    if draft_model:
+        draft = _short_model(draft_model)
+        t_words, d_words = target.split("-"), draft.split("-")
+        same = 0
+        while same < min(len(t_words), len(d_words) - 1) and t_words[same] == d_words[same]:
+            same += 1
+        pair = f"{target}/" + ("…" if same else "") + "-".join(d_words[same:])
+    elif method or k:
+        pair = f"{target}/{method or 'draft'}"
+    else:
+        pair = f"{target} (no speculation)"
+    pair += tag
+    if len(pair) <= width:
+        return pair
+    head = (width - 1) // 2
+    return pair[:head] + "…" + pair[len(pair) - (width - 1 - head):]
+
+
+def _quantile(heading: str, sketch: str, q: float, spec: str, unit: str = "") -> _Column:
+    def value(_: RatioRow, stats: BucketStats | None) -> str:
+        v = None if stats is None else getattr(stats, sketch).quantile(q)
+        return "-" if v is None else format(v, spec) + unit
+
+    return _Column(heading, value, numeric=True, latency=True)
+
+
+def _field(name: str, heading: str | None = None) -> _Column:
+    def value(row: RatioRow, _: BucketStats | None) -> str:
+        v = getattr(row, name)
+        if v is None:
+            return "-"
+        return f"{v:.3f}" if isinstance(v, float) else _display(_text_value(row, name))
+
+    numeric = name in _RATIO_COUNTERS or name in (
+        "num_speculative_tokens", "acceptance_rate", "mean_accepted_length")
+    return _Column(heading or name, value, numeric=numeric)
+
+
+# Short headings where the field name is much wider than its values.
+_HEADINGS = {"num_speculative_tokens": "k", "acceptance_rate": "accept",
+             "mean_accepted_length": "acc_len"}
+TABLE_COLUMNS: dict[str, _Column] = {
+    "bucket_start": _Column("bucket", _bucket),
+    **{name: _field(name, _HEADINGS.get(name)) for name in COLUMNS[1:]},
+    "pair": _Column("pair", lambda r, _: _display(short_pair(
+        r.target_model, r.draft_model, r.method, r.num_speculative_tokens))),
+    "ttft_p50": _quantile("ttft_p50", "ttft_ms", 0.5, ".0f", "ms"),
+    "ttft_p99": _quantile("ttft_p99", "ttft_ms", 0.99, ".0f", "ms"),
+    "e2e_p50": _quantile("e2e_p50", "e2e_ms", 0.5, ".0f", "ms"),
+    "e2e_p99": _quantile("e2e_p99", "e2e_ms", 0.99, ".0f", "ms"),
+    "decode_tps_p50": _quantile("decode_tps_p50", "decode_tps", 0.5, ".1f"),
+}
+# A heading names its column too: what the table shows can be asked for by what it says.
+_ALIASES = {c.heading: name for name, c in TABLE_COLUMNS.items() if c.heading != name}
+# The common question in about 120 terminal columns: which pair on which route, at what
+# draft length, how much traffic, how much is accepted, and what it costs in TTFT.
+NARROW_COLUMNS = ("bucket_start", "route", "pair", "num_speculative_tokens", "requests",
+                  "acceptance_rate", "ttft_p50", "ttft_p99")
+
+
+def table_columns(spec: str) -> tuple[str, ...]:
+    """``"route,k,accept"`` -> column names; ``ValueError`` naming the valid ones.
+
+    >>> table_columns("route, k,ttft_p99")
+    ('route', 'num_speculative_tokens', 'ttft_p99')
+    """
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    unknown = [n for n in names if n not in TABLE_COLUMNS and n not in _ALIASES]
+    if unknown or not names:
+        valid = ", ".join(c.heading if c.heading != n else n for n, c in TABLE_COLUMNS.items())
+        what = f"unknown column {', '.join(map(repr, unknown))}" if unknown else "no column"
+        raise ValueError(f"{what}; valid: {valid} (or a JSON field name)")
+    return tuple(_ALIASES.get(n, n) for n in names)
+
+
+def needs_latency(columns: Iterable[str]) -> bool:
+    """Whether ``columns`` show quantiles: the caller reads the buckets' sketches for them."""
+    return any(TABLE_COLUMNS[c].latency for c in columns)
+
+
+def _aligned(headings: Sequence[str], numeric: Sequence[bool],
+             body: Iterable[Sequence[str]]) -> str:
+    cells = [list(headings), *body]
+    widths = [max(_width(line[i]) for line in cells) for i in range(len(headings))]
     lines = []
     for line in cells:
         parts = []
-        for name, cell, w in zip(COLUMNS, line, widths, strict=True):
+        for is_num, cell, w in zip(numeric, line, widths, strict=True):
             pad = " " * (w - _width(cell))
-            parts.append(pad + cell if name in numeric else cell + pad)
+            parts.append(pad + cell if is_num else cell + pad)
         lines.append("  ".join(parts).rstrip())
     return "\n".join(lines) + "\n"
 
 
-def format_ratios(rows: Iterable[RatioRow], fmt: str) -> str:
-    """``rows`` as ``table`` (aligned text), ``json`` (one array) or ``csv`` (with a header)."""
+def _pair_labels(rows: Iterable[RatioRow]) -> dict[SeriesKey, str]:
+    """Each series' pair; where two series of a route and draft length would read the same,
+    the revisions that differ (else the tokenizers) tell them apart."""
+    plain: dict[SeriesKey, str] = {}
+    alike: dict[tuple[str, int, str], set[SeriesKey]] = {}
+    for r in rows:
+        key = r.series
+        if key not in plain:
+            plain[key] = short_pair(r.target_model, r.draft_model, r.method,
+                                    r.num_speculative_tokens)
+            alike.setdefault((key.route, key.num_speculative_tokens, plain[key]), set()).add(key)
+    labels = {}
+    for (_, _, _text), keys in alike.items():
+        for key in keys:
+            tag = ""
+            if len(keys) > 1:
+                differ = [f"@{key.target_revision}"] if len(
+                    {k.target_revision for k in keys}) > 1 else []
+                if len({k.draft_revision for k in keys}) > 1:
+                    differ.append(f"draft@{key.draft_revision}")
+                tag = " " + (" ".join(differ) or
+                             f"{key.target_tokenizer}/{key.draft_tokenizer or key.method}")
+            labels[key] = _display(short_pair(key.target_model, key.draft_model, key.method,
+                                              key.num_speculative_tokens, tag=tag))
+    return labels
+
+
+def _chosen_table(rows: Sequence[RatioRow], columns: Sequence[str], latency: Latency) -> str:
+    cols = [TABLE_COLUMNS[name] for name in columns]
+    if "pair" in columns:
+        pairs = _pair_labels(rows)
+        cols = [replace(c, value=lambda r, _: pairs[r.series]) if name == "pair" else c
+                for name, c in zip(columns, cols, strict=True)]
+    body = (
+        [c.value(r, latency.get((r.series, r.bucket_start))) for c in cols] for r in rows
+    )
+    return _aligned([c.heading for c in cols], [c.numeric for c in cols], body)
+
+
+def format_ratios(rows: Iterable[RatioRow], fmt: str, *, columns: Sequence[str] | None = None,
+                  latency: Latency | None = None) -> str:
+    """``rows`` as ``table`` (aligned text), ``json`` (one array) or ``csv`` (with a header).
+
+    JSON and CSV always carry every field. The table shows every field too, unless
+    ``columns`` (names of :data:`TABLE_COLUMNS`, e.g. :data:`NARROW_COLUMNS`) picks some;
+    quantile columns read ``latency`` (``Store.buckets`` of the same range) and show ``-``
+    for a bucket it lacks.
+    """
     rows = list(rows)
     if fmt == "json":
         # One array, one object per line: valid JSON that still diffs and greps by row.
@@ -266,5 +441,5 @@ def format_ratios(rows: Iterable[RatioRow], fmt: str) -> str:
             (quoted if any("\r" in v for v in values) else w).writerow(values)
         return buf.getvalue()
     if fmt == "table":
-        return _table(rows)
+        return _table(rows) if columns is None else _chosen_table(rows, columns, latency or {})
     raise ValueError(f"format must be one of {', '.join(FORMATS)}: {fmt!r}")

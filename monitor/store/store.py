@@ -13,9 +13,9 @@ from typing import Any
 from sqlalchemy import Engine, delete, select
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from alerts.record import AlertRecord
 from monitor.aggregate.bucket import BucketStats
 from monitor.aggregate.series import SeriesKey
+from monitor.alert_record import AlertRecord
 from monitor.store import query, writer
 from monitor.store.alerting import AlertingStore
 from monitor.store.checkpoint import GRANULARITIES, Checkpoint, PartitionState

@@ -10,9 +10,9 @@ from typing import Any
 import orjson
 from sqlalchemy import Connection, bindparam, delete, insert, select, update
 
-from alerts.record import AlertRecord
 from monitor.aggregate.bucket import BucketStats
 from monitor.aggregate.series import SeriesKey
+from monitor.alert_record import AlertRecord
 from monitor.store.alerting import write_alerting
 from monitor.store.checkpoint import GRANULARITIES, Checkpoint, PartitionCommit
 from monitor.store.exceptions import FencedError

@@ -14,8 +14,8 @@ from prometheus_client import CollectorRegistry
 from alerts.delivery import DeliveryWorker
 from alerts.metrics import AlertMetrics
 from alerts.notification import AlertItem, Notification, episode_id
-from alerts.record import AlertRecord
 from alerts.sinks.alertmanager import AlertmanagerSink
+from monitor.alert_record import AlertRecord
 from monitor.config import Config
 from monitor.store.checkpoint import Checkpoint
 from monitor.store.store import Store

@@ -19,11 +19,11 @@ from prometheus_client import CollectorRegistry
 from alerts.delivery import BROKEN_RECHECK_S, DeliveryWorker
 from alerts.metrics import AlertMetrics
 from alerts.notification import AlertItem, Notification, episode_id
-from alerts.record import AlertRecord
 from alerts.sinks.base import Outcome
 from alerts.sinks.pagerduty import PagerDutySink
 from alerts.sinks.slack import SlackSink
 from alerts.sinks.webhook import WebhookSink
+from monitor.alert_record import AlertRecord
 from monitor.config import AlertingConfig, Config, PagerDutyConfig, SlackConfig
 from monitor.store.checkpoint import Checkpoint
 from monitor.store.store import Store

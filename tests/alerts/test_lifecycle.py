@@ -17,8 +17,8 @@ import pytest
 
 from alerts.lifecycle import BASELINE_ACCEPTED, EpisodeRow, Lifecycle, group_id
 from alerts.notification import AlertItem, Notification
-from alerts.record import AlertRecord
 from alerts.silences import Silence
+from monitor.alert_record import AlertRecord
 from monitor.config import LifecycleConfig, RuleTimingConfig
 from monitor.detect.exceptions import StateVersionError
 

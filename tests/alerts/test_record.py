@@ -10,7 +10,7 @@ import pytest
 
 from alerts.exceptions import InvalidAlert
 from alerts.outfile import AlertsFile
-from alerts.record import AlertRecord, fingerprint
+from monitor.alert_record import AlertRecord, fingerprint
 
 AT = datetime(2026, 11, 2, 14, 20, tzinfo=UTC)
 

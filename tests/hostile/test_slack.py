@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from alerts.notification import AlertItem, Notification, episode_id
-from alerts.record import AlertRecord
 from alerts.sinks.slack import HEADER_MAX, SECTION_MAX, TEXT_MAX, SlackSink, render
 from alerts.sinks.text import one_line
+from monitor.alert_record import AlertRecord
 from monitor.config import DetectionConfig, SlackConfig
 from monitor.detect.engine import Detection
 from tests.alerts.receivers import mrkdwn_problems

@@ -15,6 +15,8 @@ import json
 import signal
 import socket
 import subprocess
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -36,7 +38,7 @@ from monitor.store.store import Store
 from monitor.telemetry.event import Rejection
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.faultproxy import FaultProxy
-from tests.fixtures.process import free_port, terminate
+from tests.fixtures.process import DaemonProcess, free_port, terminate
 from tests.helpers import assert_exact, produce, simulated, wait_for
 from tests.monitor.test_daemon import LATENESS, PARTITIONS, daemon_config, stored_offsets
 
@@ -87,6 +89,7 @@ def traffic(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
 
 
 def setup(tmp_path: Path, broker: ProxiedBroker) -> tuple[Config, str]:
+    """The daemon's configuration (written to ``tmp_path / "specwatch.yaml"``), its store."""
     db = f"sqlite:///{tmp_path / 'specwatch.db'}"
     upgrade(db)
     cfg = daemon_config(tmp_path, cast(EmbeddedBroker, SimpleNamespace(
@@ -96,17 +99,29 @@ def setup(tmp_path: Path, broker: ProxiedBroker) -> tuple[Config, str]:
     return config, db
 
 
-def consumed(daemon: Daemon, store: Store, config: Config, messages: int) -> None:
+def consumed(daemon: Daemon | DaemonProcess, store: Store, config: Config,
+             messages: int) -> None:
     """Everything produced so far is checkpointed, and the daemon says it is ready."""
-    wait_for(lambda: stored_offsets(store, config) == messages, timeout=120,
+    wait_for(lambda: alive(daemon) and stored_offsets(store, config) == messages, timeout=120,
              what=f"all {messages} messages checkpointed")
     wait_for(lambda: daemon.ready()[0] == 200, timeout=60, what="/readyz 200")
     assert daemon.metric("specwatch_broker_up") == 1
 
 
-def broker_down(daemon: Daemon, store: Store, config: Config, committed: int) -> None:
-    """What must hold while no broker answers."""
-    wait_for(lambda: daemon.metric("specwatch_broker_up") == 0, timeout=60,
+def alive(daemon: Daemon | DaemonProcess) -> bool:
+    """Fails at once, not at a timeout, when the daemon died (its thread or its process)."""
+    if isinstance(daemon, DaemonProcess):
+        daemon.assert_alive()
+    else:
+        assert daemon.thread.is_alive(), "the daemon's thread died"
+    return True
+
+
+def broker_down(daemon: Daemon | DaemonProcess, store: Store, config: Config,
+                committed: int | None) -> None:
+    """What must hold while no broker answers (``committed``: the stored offsets, when
+    everything produced had been checkpointed before)."""
+    wait_for(lambda: alive(daemon) and daemon.metric("specwatch_broker_up") == 0, timeout=60,
              what="specwatch_broker_up 0")
     code, body = daemon.ready()
     assert code == 503 and body["broker"] == "down" and "broker" in body["reason"], body
@@ -115,7 +130,8 @@ def broker_down(daemon: Daemon, store: Store, config: Config, committed: int) ->
     # The API's reads only need the store: they go on answering.
     r = httpx.get(f"{daemon.base}/api/v1/ratios", params={"granularity": "day"}, timeout=30)
     assert r.status_code == 200 and r.json(), r.text
-    assert stored_offsets(store, config) == committed
+    if committed is not None:
+        assert stored_offsets(store, config) == committed
 
 
 def exact(db: str, traffic: list[dict[str, Any]]) -> None:
@@ -149,6 +165,47 @@ def test_connections_reset_refused_and_stalled(
         consumed(daemon, store, config, messages)
     assert proxy.resets > 0 and proxy.refused > 0
     exact(db, traffic)
+
+
+OUTAGE_S = 25.0  # as long as the outages that killed the daemon in issue 13
+
+
+def test_specwatch_run_survives_three_outages_of_resets_and_refusals(
+    proxied_broker: ProxiedBroker, tmp_path: Path, traffic: list[dict[str, Any]]
+) -> None:
+    """``specwatch run`` as its own process, three times: every new connection reset as it
+    is accepted and every open one cut, for 25 s. The process never exits; it says the
+    broker is down while it is, consumes again on its own afterwards, and the tables equal
+    what was produced after each heal."""
+    proxy = proxied_broker.proxy
+    config, db = setup(tmp_path, proxied_broker)
+    bootstrap, topic = proxied_broker.bootstrap_servers, config.kafka.topic
+    quarter = len(traffic) // 4 + 1
+    chunks = [traffic[i * quarter:(i + 1) * quarter] for i in range(4)]
+    with Store(db) as store, DaemonProcess(tmp_path / "specwatch.yaml",
+                                           tmp_path / "specwatch.log") as daemon:
+        messages = produce(bootstrap, topic, chunks[0], batch=3)
+        consumed(daemon, store, config, messages)
+        for outage in range(1, 4):
+            # Produced just before: the outage meets the daemon in the middle of reading.
+            messages += produce(bootstrap, topic, chunks[outage], batch=3)
+            proxy.refuse()
+            proxy.cut()
+            ends = time.monotonic() + OUTAGE_S
+            try:
+                broker_down(daemon, store, config, None)
+                while time.monotonic() < ends:  # the outage lasts; the process must too
+                    alive(daemon)
+                    assert daemon.metric("specwatch_broker_up") == 0
+                    threading.Event().wait(0.5)
+            finally:
+                proxy.heal()
+            consumed(daemon, store, config, messages)
+            exact(db, [e for chunk in chunks[:outage + 1] for e in chunk])
+        assert daemon.metric("specwatch_loop_errors_total") == 0, daemon.tail()
+        daemon.assert_alive()
+        assert daemon.stop() == 0, daemon.tail()
+    assert proxy.resets > 0 and proxy.refused > 0
 
 
 def test_broker_frozen_and_thawed(

@@ -13,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from monitor.aggregate.series import SeriesKey
 from monitor.cli import main
-from monitor.store.db import head_revision
+from monitor.store.db import current_revision, head_revision, make_engine, upgrade
+from monitor.store.query import rfc3339
+from monitor.store.store import Store
 
 EVENTS = 3000
 
@@ -50,9 +53,68 @@ def test_ratios_json_csv_and_table_agree(filled: str, capsys: pytest.CaptureFixt
     csv_rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert len(csv_rows) == len(rows)
     assert sum(int(r["requests"]) for r in csv_rows) == sum(r["requests"] for r in rows)
-    assert main(["ratios", "--db", filled]) == 0
+    assert main(["ratios", "--db", filled, "--wide"]) == 0
     table = capsys.readouterr().out.splitlines()
     assert "acceptance_rate" in table[0] and len(table) >= len(rows) + 1
+
+
+def test_ratios_default_table_is_narrow_and_answers_the_common_question(
+    filled: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["ratios", "--db", filled, "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert main(["ratios", "--db", filled]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split() == ["bucket", "route", "pair", "k", "requests", "accept",
+                                "ttft_p50", "ttft_p99"]
+    assert len(table) == len(rows) + 1
+    assert max(map(len, table)) <= 120  # the routes and pairs the simulator makes fit
+    with Store(filled) as store:
+        ttft = {(key, rfc3339(start)): stats.ttft_ms
+                for (key, start), stats in store.buckets(granularity="hour").items()}
+    for line, row in zip(table[1:], rows, strict=True):
+        bucket, route, pair, k, requests, accept, p50, p99 = line.split()
+        assert (bucket, route, int(k), int(requests)) == (
+            row["bucket_start"].replace(":00:00Z", ":00Z"), row["route"],
+            row["num_speculative_tokens"], row["requests"])
+        assert pair.startswith(row["target_model"] + "/")
+        assert accept == ("-" if row["acceptance_rate"] is None
+                          else f"{row['acceptance_rate']:.3f}")
+        # TTFT of the same series and bucket, from the stored sketches
+        key = SeriesKey(*(row[f] or "" for f in SeriesKey._fields[:-1]), int(k))
+        sketch = ttft[key, row["bucket_start"]]
+        assert (p50, p99) == (f"{sketch.quantile(0.5):.0f}ms", f"{sketch.quantile(0.99):.0f}ms")
+
+
+def test_ratios_columns_choose_the_table(filled: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # headings and field names both name a column
+    assert main(["ratios", "--db", filled, "--columns",
+                 "route,num_speculative_tokens,accept,acc_len,decode_tps_p50"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split() == ["route", "k", "accept", "acc_len", "decode_tps_p50"]
+    assert len(table) > 1 and all(len(line.split()) == 5 for line in table[1:])
+
+
+@pytest.mark.parametrize("bad", [["--columns", "route,nope"], ["--columns", ""],
+                                 ["--wide", "--columns", "route"]])
+def test_ratios_unknown_columns_exit_2_with_the_valid_names(
+    bad: list[str], filled: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["ratios", "--db", filled, *bad])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    if bad[0] == "--columns":
+        assert "valid: bucket, route," in err and "ttft_p99" in err and "acc_len" in err
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv"])
+def test_ratios_machine_formats_keep_every_field(
+    fmt: str, filled: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["ratios", "--db", filled, "--format", fmt, "--columns", "route"]) == 2
+    assert "json and csv always carry every field" in capsys.readouterr().err
+    assert main(["ratios", "--db", filled, "--format", fmt, "--wide"]) == 2
 
 
 def test_ratios_filters(filled: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -86,12 +148,33 @@ def test_db_upgrade_and_current(db_url: str, capsys: pytest.CaptureFixture[str])
     assert f"at {head_revision()}, head {head_revision()}" in capsys.readouterr().out
 
 
-def test_commands_refuse_an_unmigrated_database(db_url: str, traffic: Path,
+def test_commands_refuse_an_unmigrated_database(db_url: str,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["ratios", "--db", db_url]) == 2
+    assert capsys.readouterr().err.count("specwatch db upgrade") == 1
+
+
+def test_replay_creates_a_database_that_does_not_exist_yet(db_url: str, traffic: Path) -> None:
+    # A SQLite file not there yet, an empty PostgreSQL database: nothing to protect.
+    assert main(["replay", str(traffic), "--db", db_url, "--no-progress"]) == 0
+    assert current_revision(db_url) == head_revision()
+    with Store(db_url) as store:
+        assert sum(r.requests for r in store.ratios(granularity="day")) > 0
+
+
+@pytest.mark.parametrize("state", ["tables without a version", "an old version"])
+def test_replay_refuses_an_existing_unmigrated_database(
+        db_url: str, traffic: Path, state: str, capsys: pytest.CaptureFixture[str]) -> None:
+    if state == "an old version":
+        upgrade(db_url, "0001")
+    else:
+        engine = make_engine(db_url)
+        with engine.begin() as conn:
+            conn.exec_driver_sql("CREATE TABLE someone_elses (id INTEGER)")
+        engine.dispose()
     assert main(["replay", str(traffic), "--db", db_url, "--no-progress"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("specwatch db upgrade") == 2
+    assert "is not migrated" in capsys.readouterr().err
+    assert current_revision(db_url) == ("0001" if state == "an old version" else None)
 
 
 def test_replay_shows_a_progress_bar_on_a_terminal(traffic: Path, tmp_path: Path) -> None:

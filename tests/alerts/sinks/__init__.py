@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from alerts.notification import AlertItem, Notification, episode_id
-from alerts.record import AlertRecord
+from monitor.alert_record import AlertRecord
 
 T0 = datetime(2026, 11, 2, 14, 20, tzinfo=UTC)
 PAIR = {"target_model": "m70b", "target_revision": "r2", "draft_model": "m1b",

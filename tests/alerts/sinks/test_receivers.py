@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from alerts.http import HttpAnswer, HttpClient
-from alerts.record import fingerprint
 from alerts.sinks.base import HttpRequest
+from monitor.alert_record import fingerprint
 from tests.alerts.receivers import (
     PagerDutyReceiver,
     Receiver,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from alerts.record import AlertRecord
+from monitor.alert_record import AlertRecord
 from monitor.api.app import create_app
 from monitor.cli import main
 from monitor.store.checkpoint import Checkpoint

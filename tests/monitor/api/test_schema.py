@@ -14,7 +14,7 @@ from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.python import asgi
 
-from alerts.record import AlertRecord
+from monitor.alert_record import AlertRecord
 from monitor.api.app import create_app
 from monitor.store.db import upgrade
 from monitor.store.store import Store

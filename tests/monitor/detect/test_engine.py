@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from alerts.record import AlertRecord
+from monitor.alert_record import AlertRecord
 from monitor.config import DetectionConfig
 from monitor.detect.engine import Detection, temperature_bucket
 from monitor.simulate import Simulator, scenario_config

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from alerts.record import AlertRecord
+from monitor.alert_record import AlertRecord
 from monitor.store.checkpoint import Checkpoint, PartitionCommit
 from monitor.store.exceptions import FencedError
 from monitor.store.store import Store

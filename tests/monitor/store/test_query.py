@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from monitor.aggregate.series import SeriesKey, series_key
 from monitor.store import Checkpoint, Store, format_ratios
-from monitor.store.query import COLUMNS
+from monitor.store.query import COLUMNS, NARROW_COLUMNS
 from tests.monitor.store.helpers import T0, at, checkpoint, event, rollups_of
 
 CLI_COLUMNS = [
@@ -249,6 +249,11 @@ def test_odd_strings_roundtrip_unchanged(store: Store) -> None:
     table = format_ratios(rows, "table")
     assert len(table.splitlines()) == len(rows) + 1
     assert "\x1b" not in table and "\\x1b[31mred" in table and "\\u202e" in table
+    # and so does the narrow one, whose quantile columns show "-" for buckets without sketches
+    narrow = format_ratios(rows, "table", columns=NARROW_COLUMNS)
+    assert len(narrow.splitlines()) == len(rows) + 1
+    assert "\x1b" not in narrow and "\\x1b[31mred" in narrow and "\\u202e" in narrow
+    assert all(line.split()[-2:] == ["-", "-"] for line in narrow.splitlines()[1:])
 
 
 @settings(
@@ -272,3 +277,18 @@ def test_buckets_are_row_by_row(store: Store) -> None:
     assert sorted(start for _, start in got) == [at(T0 + 60), at(T0 + 120)]
     assert all(b.requests == 1 for b in got.values())
     assert all(start.tzinfo is UTC for _, start in got)
+
+
+def test_narrow_table_tells_apart_pairs_that_would_read_the_same(store: Store) -> None:
+    evs = [event("a", T0 + 5, "code"), event("b", T0 + 6, "code", target_revision="r2"),
+           event("c", T0 + 7, "code", draft_revision="d2", target_revision="r2"),
+           event("d", T0 + 8, "chat")]
+    store.commit(checkpoint(evs, next_offset=len(evs)))
+    rows = store.ratios()
+    latency = store.buckets(granularity="hour")
+    table = format_ratios(rows, "table", columns=NARROW_COLUMNS, latency=latency).splitlines()
+    pairs = sorted(line.split("  ")[2].strip() for line in table[1:])
+    # chat has one pair: no tag; code's three series are told apart by their revisions
+    assert pairs == ["llama-70b/…1b", "llama-70b/…1b @r1 draft@d1", "llama-70b/…1b @r2 draft@d1",
+                     "llama-70b/…1b @r2 draft@d2"]
+    assert all(line.split()[-2:] == ["100ms", "100ms"] for line in table[1:])

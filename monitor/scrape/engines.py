@@ -19,7 +19,7 @@ What each engine offers (per interval, from counter increases; names without ``_
   ``vllm:spec_decode_num_accepted_tokens``; TRT-LLM ``trtllm_spec_decode_num_draft_tokens`` /
   ``trtllm_spec_decode_num_accepted_tokens``; llama.cpp
   ``llamacpp:spec_decode_num_draft_tokens`` / ``llamacpp:spec_decode_num_accepted_tokens``;
-  SGLang none (derived, ``scrape_event.py``).
+  SGLang none (derived, ``event.py``).
 - accepted per position: vLLM ``vllm:spec_decode_num_accepted_tokens_per_pos{position}``;
   TRT-LLM ``trtllm_spec_decode_accepted_tokens{token_position}``; llama.cpp
   ``llamacpp:spec_decode_num_accepted_tokens_per_pos{position}``.
@@ -41,7 +41,7 @@ llama.cpp differs from the prometheus_client engines in ways that matter here:
   draft model (llama-server logs an error and serves on without speculation) shows up as
   ``speculation_inactive`` instead of as no data;
 - no ``process_start_time_seconds`` and no ``_created``: a restart is seen as counters going
-  down (``scrape_counters.py``), so a restart that overtakes the old values within one
+  down (``counters.py``), so a restart that overtakes the old values within one
   interval under-counts that interval;
 - values are printed with C++'s default stream precision, 6 significant digits
   (``1.23457e+06``): once a counter passes 10^6 its increases are exact only to that
@@ -61,7 +61,7 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families as _text_families
 
-from monitor.exceptions import SpecwatchError
+from monitor.scrape.exceptions import ScrapeError
 
 __all__ = [
     "PROFILES",
@@ -78,10 +78,6 @@ __all__ = [
 SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
 
 START_TIME = "process_start_time_seconds"
-
-
-class ScrapeError(SpecwatchError):
-    """A scrape that yields nothing usable: no answer, an HTTP error, unparseable text."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,8 +3,8 @@
 Per-request telemetry is the better source (vLLM >= 0.29 per-request metrics, SGLang
 ``meta_info``, TRT-LLM ``perf_metrics``), but many deployments only have ``/metrics``.
 ``EngineScraper`` reads one target's counters every interval and turns their increases into
-one telemetry v1 event per interval (the mapping is in ``scrape_event.py``; counter resets
-in ``scrape_counters.py``; metric names per engine in ``scrape_engines.py``).
+one telemetry v1 event per interval (the mapping is in ``event.py``; counter resets
+in ``counters.py``; metric names per engine in ``engines.py``).
 ``ScrapeSource`` runs a set of scrapers on a schedule and sends what they produce to Kafka
 or a JSON-lines file, where the daemon or ``specwatch replay`` count it like any telemetry.
 
@@ -39,11 +39,12 @@ import httpx
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from monitor.sources.scrape_config import ScrapeConfig, ScrapeTarget
-from monitor.sources.scrape_counters import CounterTracker
-from monitor.sources.scrape_engines import PROFILES, ScrapeError, read_exposition, totals
-from monitor.sources.scrape_event import Interval, build_event, spec_counts
-from monitor.sources.scrape_sinks import EventSink
+from monitor.scrape.counters import CounterTracker
+from monitor.scrape.engines import PROFILES, read_exposition, totals
+from monitor.scrape.event import Interval, build_event, spec_counts
+from monitor.scrape.exceptions import ScrapeError
+from monitor.scrape.sinks import EventSink
+from monitor.scrape_config import ScrapeConfig, ScrapeTarget
 
 __all__ = ["EngineScraper", "ScrapeCollector", "ScrapeSource", "ScrapeStats", "fetch"]
 

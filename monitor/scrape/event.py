@@ -54,7 +54,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from monitor.sources.scrape_config import ScrapeTarget
+from monitor.scrape_config import ScrapeTarget
 from monitor.telemetry.serialize import format_ts, spec_block
 
 __all__ = ["Interval", "SpecCounts", "build_event", "request_id", "spec_counts"]
@@ -124,7 +124,7 @@ def spec_counts(target: ScrapeTarget, totals: dict[str, float]) -> SpecCounts | 
     """The interval's spec-decode counts, or ``None`` when the engine exposes none (no
     speculation configured), or (SGLang) when they cannot be derived.
 
-    >>> from monitor.sources.scrape_config import ScrapeTarget
+    >>> from monitor.scrape_config import ScrapeTarget
     >>> t = ScrapeTarget(url="http://e:30000/metrics", engine="sglang", route="r",
     ...                  target_model="m", target_revision="1", target_tokenizer="t",
     ...                  num_speculative_tokens=3)

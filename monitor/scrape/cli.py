@@ -59,8 +59,8 @@ def register(
 def cmd_scrape(args: argparse.Namespace, config: Any) -> int:
     from prometheus_client import CollectorRegistry, start_http_server
 
-    from monitor.sources.scrape import ScrapeCollector, ScrapeSource
-    from monitor.sources.scrape_sinks import EventSink, JsonLinesSink, KafkaSink
+    from monitor.scrape.scraper import ScrapeCollector, ScrapeSource
+    from monitor.scrape.sinks import EventSink, JsonLinesSink, KafkaSink
 
     scrape = config.scrape
     if not scrape.targets:

@@ -1,4 +1,8 @@
-"""The alert record of ``shared/spec/alerts-v1.md``: one state change of one alert."""
+"""The alert record of ``shared/spec/alerts-v1.md``: one state change of one alert.
+
+Below ``alerts/``, ``monitor/detect/`` and ``monitor/store/``: detection makes records, the
+store keeps them, alerting sends them; none of them depends on another for the type.
+"""
 
 from __future__ import annotations
 
@@ -9,15 +13,12 @@ from typing import Any
 
 import orjson
 
-from alerts.exceptions import InvalidAlert
+from monitor import rules
+from monitor.exceptions import InvalidAlert
 
-RULES = frozenset({
-    "acceptance_drop", "below_breakeven", "throughput_drop", "revision_mismatch",
-    "tokenizer_mismatch", "memory_contention", "telemetry_stale", "speculation_inactive",
-    "acceptance_rise",
-})
+__all__ = ["STATES", "AlertRecord", "fingerprint", "iso_utc", "parse_iso"]
+
 STATES = frozenset({"firing", "resolved"})
-SEVERITIES = frozenset({"critical", "error", "warning", "info"})
 
 
 def iso_utc(t: datetime) -> str:
@@ -66,11 +67,11 @@ class AlertRecord:
     details: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.rule not in RULES:
+        if self.rule not in rules.CATALOGUE:
             raise InvalidAlert(f"unknown rule {self.rule!r}")
         if self.state not in STATES:
             raise InvalidAlert(f"state must be firing or resolved, not {self.state!r}")
-        if self.severity not in SEVERITIES:
+        if self.severity not in rules.SEVERITIES:
             raise InvalidAlert(f"unknown severity {self.severity!r}")
         if not self.labels.get("route"):
             raise InvalidAlert("labels.route is required")

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from monitor.sources.scrape_engines import Reading, SeriesKey
+from monitor.scrape.engines import Reading, SeriesKey
 
 __all__ = ["CounterTracker", "Increase"]
 
@@ -41,7 +41,7 @@ class Increase:
 class CounterTracker:
     """The previous reading of one target's counters.
 
-    >>> from monitor.sources.scrape_engines import Reading
+    >>> from monitor.scrape.engines import Reading
     >>> t = CounterTracker()
     >>> k = ("vllm:spec_decode_num_drafts", ())
     >>> t.update(Reading({k: 10.0}, start_time=100.0)) is None     # baseline only
@@ -128,7 +128,7 @@ class CounterTracker:
     def from_json(cls, data: dict[str, Any]) -> CounterTracker:
         """Inverse of :meth:`to_json`.
 
-        >>> from monitor.sources.scrape_engines import Reading
+        >>> from monitor.scrape.engines import Reading
         >>> t = CounterTracker()
         >>> _ = t.update(Reading({("x", (("a", "1"),)): 3.0}, start_time=1.0))
         >>> u = CounterTracker.from_json(t.to_json())

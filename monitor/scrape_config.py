@@ -6,8 +6,9 @@ metrics do not carry: the route, the model pair and the draft length. One URL ma
 several routes (several served models, or SGLang's per-request custom labels): give one target
 per route, each with a ``labels`` selector that picks its series.
 
-This module imports only pydantic and ``monitor.durations`` so that ``monitor/config.py`` can
-import it without a cycle.
+It lives beside ``monitor/config.py``, in the config layer, not in ``monitor/scrape/``: the
+config reads it, and the config imports nothing above itself (only pydantic and
+``monitor.durations`` here).
 
 >>> t = ScrapeTarget(url="http://10.0.0.7:8000/metrics", engine="vllm", route="code",
 ...                  target_model="llama-3.1-70b", target_revision="2026-10-28",
@@ -27,16 +28,14 @@ import hashlib
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from monitor.durations import parse_duration
+from monitor.durations import Duration
 
 __all__ = ["ENGINES", "ScrapeConfig", "ScrapeTarget"]
 
 ENGINES = ("vllm", "sglang", "trtllm", "llamacpp")
 
-# Not monitor.config.Duration: monitor/config.py imports this module.
-_Duration = Annotated[float, BeforeValidator(parse_duration)]
 # The telemetry v1 limits (monitor/telemetry/parse.py): an event built from a target that
 # breaks them would be rejected by specwatch's own parser.
 _Id = Annotated[str, Field(min_length=1, max_length=128)]
@@ -53,7 +52,7 @@ class ScrapeTarget(_Frozen):
 
     url: str
     engine: Literal["vllm", "sglang", "trtllm", "llamacpp"]
-    interval: _Duration = 15.0
+    interval: Duration = 15.0
     route: _Id
     target_model: _Name
     target_revision: _Name
@@ -131,7 +130,7 @@ class ScrapeConfig(_Frozen):
     targets: tuple[ScrapeTarget, ...] = ()
     # Kafka topic for the events; unset means the daemon's own `kafka.topic`.
     topic: str | None = None
-    timeout: _Duration = 5.0
+    timeout: Duration = 5.0
     # Baselines, the interval in progress and unsent events survive a restart here, so a
     # restarted scraper neither loses an interval nor (thanks to deterministic request ids)
     # counts one twice. Unset: a restart begins with a baseline-only scrape.

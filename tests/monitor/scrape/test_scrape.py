@@ -30,12 +30,12 @@ from pydantic import ValidationError
 from monitor.broker import EmbeddedBroker, free_port
 from monitor.cli import main
 from monitor.config import KafkaConfig
-from monitor.sources.scrape import EngineScraper, ScrapeCollector, ScrapeSource
-from monitor.sources.scrape_cli import register
-from monitor.sources.scrape_config import ScrapeConfig, ScrapeTarget
-from monitor.sources.scrape_counters import CounterTracker
-from monitor.sources.scrape_engines import Reading
-from monitor.sources.scrape_sinks import JsonLinesSink, KafkaSink
+from monitor.scrape.cli import register
+from monitor.scrape.counters import CounterTracker
+from monitor.scrape.engines import Reading
+from monitor.scrape.scraper import EngineScraper, ScrapeCollector, ScrapeSource
+from monitor.scrape.sinks import JsonLinesSink, KafkaSink
+from monitor.scrape_config import ScrapeConfig, ScrapeTarget
 from monitor.store.store import Store
 from monitor.telemetry.parse import Parser
 from tests.helpers import read_jsonl

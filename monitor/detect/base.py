@@ -1,0 +1,140 @@
+"""The detector base: declared parameters and state fields; snapshot and restore written once.
+
+In the spirit of river's ``base.Base``: a detector declares its constructor parameters
+(``PARAMS``, name -> conversion, in snapshot order) and the fields of its state (``STATE``,
+one :class:`Field` per snapshot key), and inherits ``params()``, ``snapshot()`` and
+``restore()``. A snapshot is ``{"kind", "version", "params", <state keys>...}``: the layout
+every stored detector state already has, so stored JSON restores unchanged.
+
+A detector that decides a rule names it (``rule = "..."``); its ``severity`` comes from the
+rule catalogue (``monitor/rules.py``), never from the detector.
+
+>>> class Counter(Detector):
+...     KIND = "counter"
+...     PARAMS = {"step": float}
+...     STATE = (field("n"),)
+...     def __init__(self, step: float = 1.0) -> None:
+...         self._set_params(locals())
+...         self._n = 0.0
+...     def update(self) -> None:
+...         self._n += self.step
+>>> c = Counter(step=2); c.update()
+>>> c.snapshot()
+{'kind': 'counter', 'version': 1, 'params': {'step': 2.0}, 'n': 2.0}
+>>> Counter.restore(c.snapshot()).snapshot() == c.snapshot()
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Self
+
+from monitor import rules
+from monitor.versioned import require_version
+
+__all__ = ["CHANGED", "FIRING", "ConditionDetector", "Detector", "Field", "field", "nested"]
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """One snapshot key: the attribute it holds and how it is written and read back."""
+
+    key: str
+    attr: str
+    dump: Callable[[Any], Any] = _same
+    load: Callable[[Any], Any] = _same
+
+
+def field(key: str, attr: str | None = None, *, load: Callable[[Any], Any] = _same,
+          dump: Callable[[Any], Any] = _same) -> Field:
+    """A state field stored as is; the attribute is ``_<key>`` unless named."""
+    return Field(key, f"_{key}" if attr is None else attr, dump, load)
+
+
+def nested(key: str, cls: Any, attr: str | None = None, *, optional: bool = False) -> Field:
+    """A state field holding an object with its own ``snapshot()``/``restore()``."""
+    if optional:
+        return field(key, attr, dump=lambda v: None if v is None else v.snapshot(),
+                     load=lambda d: None if d is None else cls.restore(d))
+    return field(key, attr, dump=lambda v: v.snapshot(), load=cls.restore)
+
+
+# The single-condition pair every rule detector keeps: ``changed`` is an attribute, not a
+# property like ``firing``, since the engine reads it after every event.
+FIRING = field("firing", load=bool)
+CHANGED = field("changed", "changed", load=bool)
+
+
+def _plain(value: Any) -> Any:
+    # tuples are lists in JSON: the snapshot says so already, so a fresh and a restored
+    # detector give equal snapshots
+    return list(value) if isinstance(value, tuple) else value
+
+
+class Detector:
+    """Declared parameters and state; see the module docstring."""
+
+    KIND: ClassVar[str] = ""
+    VERSION: ClassVar[int] = 1
+    PARAMS: ClassVar[Mapping[str, Callable[[Any], Any]]] = {}
+    STATE: ClassVar[tuple[Field, ...]] = ()
+    rule: ClassVar[str]
+    severity: ClassVar[str]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        rule = cls.__dict__.get("rule")
+        if isinstance(rule, str):
+            cls.severity = rules.severity(rule)
+
+    def _set_params(self, values: Mapping[str, Any]) -> None:
+        """Set every declared parameter from ``values`` (the constructor's ``locals()``)."""
+        for name, convert in self.PARAMS.items():
+            setattr(self, name, convert(values[name]))
+
+    def params(self) -> dict[str, Any]:
+        """The constructor's arguments, JSON-ready: ``cls(**params())`` is a fresh twin."""
+        return {name: _plain(getattr(self, name)) for name in self.PARAMS}
+
+    @classmethod
+    def _from_params(cls, params: dict[str, Any]) -> Self:
+        return cls(**params)
+
+    def _state(self) -> dict[str, Any]:
+        return {f.key: f.dump(getattr(self, f.attr)) for f in self.STATE}
+
+    def _set_state(self, data: dict[str, Any]) -> None:
+        for f in self.STATE:
+            setattr(self, f.attr, f.load(data[f.key]))
+
+    def snapshot(self) -> dict[str, Any]:
+        """The whole state as JSON-ready data; ``restore(snapshot())`` continues identically."""
+        return {"kind": self.KIND, "version": self.VERSION, "params": self.params(),
+                **self._state()}
+
+    @classmethod
+    def restore(cls, data: dict[str, Any]) -> Self:
+        """Rebuild from :meth:`snapshot` output (refusing another kind or version)."""
+        require_version(data, cls.KIND, cls.VERSION)
+        det = cls._from_params(dict(data["params"]))
+        det._set_state(data)
+        return det
+
+
+class ConditionDetector(Detector):
+    """A detector of one rule's condition, read by the engine after every update."""
+
+    _firing: bool = False
+    # True only right after the update on which ``firing`` flipped. An attribute, not a
+    # property like ``firing``: the engine reads it after every event.
+    changed: bool = False
+
+    @property
+    def firing(self) -> bool:
+        return self._firing

@@ -1,0 +1,131 @@
+"""Rule evaluation: detector flips become alert records, with the catalogue's text.
+
+After each update the engine asks its detectors whether a condition flipped; a flip becomes
+one alert record (alerts v1) stamped with the event time of the deciding event. Severities
+and summaries come from the rule catalogue (``monitor/rules.py``); only the resolutions the
+engine itself decides (a pair gone idle, a baseline accepted by an operator) write their own.
+One firing alert per fingerprint: ``firing`` maps rule -> fingerprint per route or segment.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from monitor.alert_record import AlertRecord, fingerprint
+from monitor.detect.segments import Route, Segment, when
+from monitor.jsonable import jsonable
+from monitor.rules import CATALOGUE
+from monitor.telemetry.event import Event
+
+__all__ = ["BASELINE_RULES", "Evaluator"]
+
+BASELINE_RULES = ("acceptance_drop", "acceptance_rise", "throughput_drop")
+"""The rules that compare against a baseline: an accepted new baseline resolves them."""
+
+
+class Evaluator:
+    """Turns flips into records, kept in :attr:`alerts` until the engine drains them."""
+
+    def __init__(self) -> None:
+        self.alerts: list[AlertRecord] = []
+
+    # -- route rules -------------------------------------------------------------------------
+
+    def route_rules(self, route: Route, e: Event) -> None:
+        ts, labels = e.ts, {"route": route.name}
+        route.staleness.update(e)
+        if route.staleness.changed:
+            self.flip(route.firing, "telemetry_stale", route.staleness.firing, labels, ts,
+                      route.staleness.evidence())
+        route.metadata.update(e)
+        for flip in route.metadata.flips:
+            self.record(flip.rule, flip.state, flip.labels, flip.at, flip.evidence)
+        route.inactivity.update(e)
+        if route.inactivity.changed:
+            self.flip(route.firing, "speculation_inactive", route.inactivity.firing, labels, ts,
+                      route.inactivity.evidence())
+        route.contention.update(e)
+        if route.contention.changed:
+            self.flip(route.firing, "memory_contention", route.contention.firing, labels, ts,
+                      route.contention.evidence())
+
+    def staleness(self, route: Route, now: float) -> bool:
+        """Sweep the route for silence at ``now``; True when its state changed."""
+        route.staleness.tick(now)
+        if not route.staleness.changed:
+            return False
+        self.flip(route.firing, "telemetry_stale", route.staleness.firing,
+                  {"route": route.name}, now, route.staleness.evidence())
+        return True
+
+    # -- segment rules -----------------------------------------------------------------------
+
+    def segment_rules(self, seg: Segment, e: Event) -> None:
+        ts, lab = e.ts, seg.labels
+        if e.has_spec and e.drafted_tokens > 0:
+            det = seg.acceptance
+            det.update(e.accepted_tokens, e.drafted_tokens, ts)
+            if det.drift_detected:
+                rule = "acceptance_drop" if det.direction == "drop" else "acceptance_rise"
+                self.flip(seg.firing, rule, True, lab, ts, det.evidence())
+            elif det.recovered:
+                for rule in ("acceptance_drop", "acceptance_rise"):
+                    if rule in seg.firing:
+                        self.flip(seg.firing, rule, False, lab, ts, det.evidence())
+            seg.positions.update(e)
+        if e.has_spec:
+            seg.breakeven.update(e)
+            if seg.breakeven.changed:
+                ev = seg.breakeven.evidence()
+                ev["recommendation"] = seg.breakeven.recommendation
+                knee = seg.positions.knee
+                if knee is not None:
+                    ev["recommended_num_speculative_tokens"] = knee
+                self.flip(seg.firing, "below_breakeven", seg.breakeven.firing, lab, ts, ev)
+        seg.throughput.update(e)
+        if seg.throughput.changed:
+            self.flip(seg.firing, "throughput_drop", seg.throughput.firing, lab, ts,
+                      seg.throughput.evidence())
+
+    def idle_pair(self, route: Route, seg: Segment, now: float) -> None:
+        """The pair stopped serving: what it had firing resolves."""
+        for rule in list(seg.firing):
+            self.resolve(seg.firing, rule, seg.labels, now,
+                         f"{route.name}: pair no longer serving traffic",
+                         {"reason_resolved": "pair idle", "idle_s": now - seg.last_ts})
+
+    def baseline_accepted(self, seg: Segment, previous_baseline: float | None,
+                          ts: float) -> None:
+        """An operator accepted a new baseline: the alerts against the old one resolve."""
+        for rule in BASELINE_RULES:
+            if rule in seg.firing:
+                self.resolve(seg.firing, rule, seg.labels, ts,
+                             f"{seg.labels['route']}: new baseline accepted by an operator",
+                             {"reason_resolved": "baseline accepted",
+                              "previous_baseline": previous_baseline})
+
+    # -- records -----------------------------------------------------------------------------
+
+    def flip(self, firing: dict[str, str], rule: str, now_firing: bool,
+             labels: dict[str, str], ts: float, details: dict[str, Any]) -> None:
+        """One firing alert per fingerprint: fire if not firing, resolve if firing."""
+        if now_firing and rule not in firing:
+            firing[rule] = fingerprint(rule, labels)
+            self.record(rule, "firing", labels, ts, details)
+        elif not now_firing and rule in firing:
+            del firing[rule]
+            self.record(rule, "resolved", labels, ts, details)
+
+    def resolve(self, firing: dict[str, str], rule: str, labels: dict[str, str], ts: float,
+                summary: str, details: dict[str, Any]) -> None:
+        """Resolve ``rule`` for a reason of the engine's own, told in ``summary``."""
+        del firing[rule]
+        self.record(rule, "resolved", labels, ts, details, summary)
+
+    def record(self, rule: str, state: str, labels: dict[str, str], ts: float,
+               details: dict[str, Any], summary: str | None = None) -> None:
+        entry = CATALOGUE[rule]
+        if summary is None:
+            summary = entry.summary(state, labels, details)
+        self.alerts.append(AlertRecord(rule, state, when(ts), entry.severity, dict(labels),
+                                       summary, jsonable(details)))

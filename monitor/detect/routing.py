@@ -1,0 +1,167 @@
+"""Event routing: every counted event finds (or creates) its route and its segment.
+
+A new revision, tokenizer or draft length is a new segment with a fresh baseline, never a
+"drop". Events of routes over the cardinality cap are skipped (mixed: nothing to judge), and
+pairs over a route's cap feed only the route's own rules. This is the per-event path: keep
+it lean (``bench/ingest.py`` measures it).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable
+from typing import Any
+
+from monitor.aggregate.guard import OVERFLOW
+from monitor.config import DetectionConfig
+from monitor.detect.acceptance import AcceptanceDetector, make_detector
+from monitor.detect.activity import ContentionMonitor, InactivityMonitor, StalenessMonitor
+from monitor.detect.breakeven import BreakevenMonitor, CostModel, cutoff
+from monitor.detect.evaluate import Evaluator
+from monitor.detect.metadata import MetadataRules
+from monitor.detect.ownership import DetectionState
+from monitor.detect.positions import PositionCurve
+from monitor.detect.segments import Route, Segment, key_id, temperature_bucket
+from monitor.detect.throughput import ThroughputMonitor
+from monitor.telemetry.event import Event
+
+__all__ = ["TICK_EVERY", "Router"]
+
+TICK_EVERY = 60.0  # event-time seconds between staleness and idle-pair sweeps
+SEGMENT_ID_CACHE = 65536
+
+
+class Router:
+    """Feeds events to the detectors of their route and segment, creating them as needed.
+
+    ``tick`` is called with the event time when, in event-clock mode, a minute of event time
+    has passed since the last sweep.
+    """
+
+    def __init__(self, config: DetectionConfig, state: DetectionState, evaluator: Evaluator,
+                 tick: Callable[[float], None]) -> None:
+        self.config = config
+        self.state = state
+        self.evaluator = evaluator
+        self.tick = tick
+        # raw event fields -> segment id: hashing a key once per segment, not per event
+        self._segment_ids: dict[tuple[Any, ...], str] = {}
+
+    def observe(self, partition: int, events: list[Event]) -> None:
+        """Feed one message's counted events, in order."""
+        st = self.state
+        routes, segments, ids = st.routes, st.segments, self._segment_ids
+        edges = self.config.temperature_edges
+        dirty = st.dirty
+        route_rules, segment_rules = self.evaluator.route_rules, self.evaluator.segment_rules
+        for e in events:
+            name = e.route
+            if name == OVERFLOW:
+                continue  # routes over the cardinality cap, mixed: nothing to judge
+            route = routes.get(name)
+            if route is None:
+                route = st.take_over(name) or self.new_route(name)
+            if route.partition != partition:
+                st.moved(route, partition)
+            route.partition = partition
+            dirty.add("route:" + name)
+            route_rules(route, e)
+            if e.target_model == OVERFLOW:
+                # Pairs over the route's cap share one series: a change there may only be a
+                # change in the mix. The route's own rules above still see every request.
+                self.advance(e.ts)
+                continue
+            t = e.temperature
+            parts = (name, e.target_model, e.target_revision, e.target_tokenizer,
+                     e.draft_model, e.draft_revision, e.draft_tokenizer, e.method,
+                     e.num_speculative_tokens, t)
+            seg_id = ids.get(parts)
+            if seg_id is None:
+                if len(ids) >= SEGMENT_ID_CACHE:
+                    ids.clear()  # a cache: raw temperatures may take many values
+                seg_id = ids[parts] = segment_id(e, temperature_bucket(t, edges))
+            segment = segments.get(seg_id)
+            if segment is None:
+                segment = self.new_segment(route, seg_id, e)
+            dirty.add("segment:" + seg_id)
+            ts = e.ts
+            if ts > segment.last_ts:
+                segment.last_ts = ts
+            segment_rules(segment, e)
+            if ts > st.max_ts:
+                self.advance(ts)
+
+    def advance(self, ts: float) -> None:
+        """Move the detection clock to ``ts``; sweep every minute of it in event mode."""
+        st = self.state
+        if ts > st.max_ts:
+            st.max_ts = ts
+            if st.clock == "event" and ts - st.last_tick >= TICK_EVERY:
+                self.tick(ts)
+
+    # -- creation ----------------------------------------------------------------------------
+
+    def new_route(self, name: str) -> Route:
+        cfg = self.config
+        route = Route(
+            name=name,
+            metadata=MetadataRules(),
+            staleness=StalenessMonitor(silence=cfg.stale_after),
+            inactivity=InactivityMonitor(window=cfg.inactive_window,
+                                          min_requests=cfg.inactive_min_requests),
+            contention=ContentionMonitor(threshold=cfg.contention_share),
+        )
+        self.state.routes[name] = route
+        return route
+
+    def new_segment(self, route: Route, seg_id: str, e: Event) -> Segment:
+        tbucket = temperature_bucket(e.temperature, self.config.temperature_edges)
+        labels = {
+            "route": e.route, "target_model": e.target_model,
+            "target_revision": e.target_revision, "draft_model": e.draft_model or "",
+            "draft_revision": e.draft_revision or "",
+            "num_speculative_tokens": str(e.num_speculative_tokens),
+        }
+        if e.method:
+            labels["method"] = e.method
+        if tbucket:
+            labels["temperature"] = tbucket
+        cfg = self.config
+        cost = self._cost_model(e)
+        cut = cutoff(cost) if cost is not None else cfg.breakeven_cutoff
+        seg = Segment(
+            labels=labels,
+            acceptance=self.new_acceptance(),
+            breakeven=BreakevenMonitor(cutoff=cut, window=cfg.breakeven_window),
+            positions=PositionCurve(cost_model=cost),
+            throughput=self.new_throughput(),
+        )
+        self.state.segments[seg_id] = seg
+        route.segments.append(seg_id)
+        return seg
+
+    def _cost_model(self, e: Event) -> CostModel | None:
+        for cm in self.config.cost_models:
+            if fnmatch.fnmatchcase(e.target_model, cm.target_model) and fnmatch.fnmatchcase(
+                e.draft_model or e.method or "", cm.draft_model
+            ):
+                return CostModel(cm.c, cm.v)
+        return None
+
+    def new_acceptance(self) -> AcceptanceDetector:
+        cfg = self.config
+        return make_detector(
+            cfg.detector,
+            **({"min_effect": cfg.min_effect, "false_alarm_days": cfg.false_alarm_days}
+               if cfg.detector == "cusum" else {}),
+        )
+
+    def new_throughput(self) -> ThroughputMonitor:
+        return ThroughputMonitor(min_effect=self.config.throughput_min_effect)
+
+
+def segment_id(e: Event, tbucket: str) -> str:
+    """The stored id of the event's segment."""
+    return key_id((e.route, e.target_model, e.target_revision, e.target_tokenizer,
+                   e.draft_model or "", e.draft_revision or "", e.draft_tokenizer or "",
+                   e.method or "", e.num_speculative_tokens, tbucket))

@@ -1,0 +1,30 @@
+"""A read-only view of what detection judges, for the exposition, the API and the report.
+
+The mappings are live and read-only: read them on the thread that feeds the detection
+(the daemon's pipeline thread) and hand plain results to other threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from monitor.detect.segments import Route, Segment
+
+__all__ = ["JudgedView"]
+
+
+@dataclass(frozen=True, slots=True)
+class JudgedView:
+    """The routes (by name) and segments (by id) judged by this process."""
+
+    routes: Mapping[str, Route]
+    segments: Mapping[str, Segment]
+
+    def segments_of(self, route: Route) -> Iterator[tuple[str, Segment]]:
+        """The route's segments (id, segment), in the order the route first saw them."""
+        segments = self.segments
+        for seg_id in route.segments:
+            seg = segments.get(seg_id)
+            if seg is not None:
+                yield seg_id, seg
