@@ -152,13 +152,20 @@ class Lookahead:
     to ``process``). Invalid lines in between are held too, up to :data:`MAX_HELD_LINES`
     lines and :data:`MAX_HELD_BYTES` bytes in all.
 
+    Only a message the rule may have to judge is held: one dated beyond ``rule.limit`` of
+    the newest event counted so far (``newest()``). While nothing is held, a message within
+    the limit goes straight through, and once every held message is within it they all do:
+    their events never meet the rule, so reading ahead for them would only cost time.
+
     Messages held here are not counted yet, so a checkpoint stores none of them: after a
     crash they are read again. :meth:`drain` before the last checkpoint.
     """
 
     def __init__(self, rule: PlausibleTime | None, parse: Callable[[bytes], Parsed],
-                 process: _Process, partition: int) -> None:
+                 process: _Process, partition: int,
+                 newest: Callable[[], float] = lambda: float("-inf")) -> None:
         self.rule, self._parse, self._process, self._partition = rule, parse, process, partition
+        self._newest = newest
         self._held: deque[tuple[int, bytes, Parsed, float | None]] = deque()
         self._bytes = 0
 
@@ -170,6 +177,9 @@ class Lookahead:
         parsed = self._parse(raw)
         newest = newest_time(parsed[0])
         held = self._held
+        if not held and (newest is None or newest <= rule.limit(self._newest())):
+            self._process(self._partition, offset, raw, parsed=parsed)  # nothing to judge
+            return
         held.append((offset, raw, parsed, newest))
         self._bytes += len(raw)
         if newest is not None:
@@ -177,6 +187,10 @@ class Lookahead:
         while held and (len(rule.ahead) - (held[0][3] is not None) >= LOOKAHEAD
                         or len(held) > MAX_HELD_LINES or self._bytes > MAX_HELD_BYTES):
             self._next()
+        if held:
+            limit = rule.limit(self._newest())
+            if all(t is None or t <= limit for *_, t in held):
+                self.drain()  # nothing held is beyond the limit any more
 
     def drain(self) -> None:
         while self._held:

@@ -278,6 +278,10 @@ class Pipeline:
     def watermark(self, partition: int) -> float:
         return self._partitions[partition].max_ts - self._lateness
 
+    def newest(self, partition: int) -> float:
+        """The newest event time counted in ``partition`` (``-inf``: none yet)."""
+        return self._partitions[partition].max_ts
+
     # -- the hot path ----------------------------------------------------------------------
 
     def process(self, partition: int, offset: int, raw: bytes, key: bytes | None = None,

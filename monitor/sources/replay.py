@@ -204,7 +204,8 @@ def _lookahead(pipeline: Pipeline, now: float | None) -> Lookahead:
         return Lookahead(None, pipeline.parser.parse, pipeline.process, PARTITION)
     rule = PlausibleTime(skew, pipeline.config.allowed_lateness)
     pipeline.future = rule
-    return Lookahead(rule, pipeline.parser.parse, pipeline.process, PARTITION)
+    return Lookahead(rule, pipeline.parser.parse, pipeline.process, PARTITION,
+                     newest=lambda: pipeline.newest(PARTITION))
 
 
 def _progress_bar(total: int | None) -> Any:

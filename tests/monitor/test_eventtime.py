@@ -48,7 +48,7 @@ def replayed(times: list[float], **cfg: Any) -> tuple[Pipeline, MemoryStore, Rec
     rule = PlausibleTime(config.max_future_skew, config.allowed_lateness)
     p = Pipeline(store, "replay", config, IngestMetrics(CollectorRegistry()), dead, future=rule)
     p.assign([0])
-    ahead = Lookahead(rule, p.parser.parse, p.process, 0)
+    ahead = Lookahead(rule, p.parser.parse, p.process, 0, newest=lambda: p.newest(0))
     for i, t in enumerate(times):
         ahead.feed(i, msg(ev(f"e{i}", t)))
     ahead.drain()
@@ -192,16 +192,43 @@ def test_lookahead_hands_every_message_over_in_order_parsed_once() -> None:
         assert parsed is not None
         got.append((partition, offset, len(rule.ahead)))
 
+    # Nothing counted yet (the default ``newest``): every valid message is beyond the limit.
     ahead = Lookahead(rule, parse, process, 3)
     n = 4 * LOOKAHEAD
     for i in range(n):  # every fourth line invalid: held, but no support either way
-        ahead.feed(i, msg(ev(f"x{i}", float(i))) if i % 4 else b"not json")
+        ahead.feed(i, msg(ev(f"x{i}", float(i))) if i % 4 != 3 else b"not json")
     assert [g[2] for g in got] == [LOOKAHEAD] * len(got)
     # held until LOOKAHEAD valid messages follow
-    assert len(got) == sum(sum(1 for j in range(k + 1, n) if j % 4) >= LOOKAHEAD
+    assert len(got) == sum(sum(1 for j in range(k + 1, n) if j % 4 != 3) >= LOOKAHEAD
                            for k in range(n))
     ahead.drain()
     assert [g[:2] for g in got] == [(3, i) for i in range(n)] and len(calls) == n
+    assert not rule.ahead
+
+
+def test_lookahead_holds_only_what_the_rule_may_judge() -> None:
+    """Within the limit of the newest counted time, messages go straight through; one
+    beyond it is held until LOOKAHEAD valid messages follow, then the rest flows again."""
+    rule = PlausibleTime(SKEW, LATENESS)
+    counted = [T0 + 100.0]
+    got: list[tuple[int, int]] = []  # offset, valid messages after it when processed
+
+    def process(partition: int, offset: int, raw: bytes, key: bytes | None = None, *,
+                parsed: Any = None) -> None:
+        got.append((offset, len(rule.ahead)))
+        counted[0] = max([counted[0], *(e.ts for e in parsed[0])])
+
+    ahead = Lookahead(rule, Parser().parse, process, 0, newest=lambda: counted[0])
+    ahead.feed(0, msg(ev("a", 101.0)))
+    ahead.feed(1, b"not json")
+    assert got == [(0, 0), (1, 0)]  # nothing to judge: straight through
+    jump = 100.0 + SKEW + 3600  # beyond the limit (offsets from T0): a quiet hour
+    for i in range(2, 2 + LOOKAHEAD + 3):
+        ahead.feed(i, msg(ev(f"b{i}", jump + i)))
+    # the first after the jump waited for LOOKAHEAD followers; once it counted, everything
+    # held was within the new limit and went through at once
+    assert got[2] == (2, LOOKAHEAD)
+    assert [o for o, _ in got] == list(range(2 + LOOKAHEAD + 3))
     assert not rule.ahead
 
 
@@ -221,7 +248,7 @@ def test_a_few_valid_lines_among_many_invalid_ones_count() -> None:
     rule = PlausibleTime(SKEW, LATENESS)
     p = Pipeline(store, "replay", config, IngestMetrics(CollectorRegistry()), dead, future=rule)
     p.assign([0])
-    ahead = Lookahead(rule, p.parser.parse, p.process, 0)
+    ahead = Lookahead(rule, p.parser.parse, p.process, 0, newest=lambda: p.newest(0))
     for i in range(200):
         ahead.feed(i, msg(ev(f"v{i}", float(i))) if i % 40 == 7 else b"{bad")
     ahead.drain()
