@@ -32,10 +32,10 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Protocol
 
 from monitor.telemetry.event import Event, Rejection
+from monitor.telemetry.serialize import format_ts as _iso
 
 __all__ = [
     "LOOKAHEAD",
@@ -54,10 +54,6 @@ LOOKAHEAD = 16  # messages with valid events read ahead of the one being counted
 MAX_HELD_LINES = 1024  # ... and at most this many lines held in all
 MAX_HELD_BYTES = 32 << 20
 MIN_SUPPORT = 3  # following messages that must reach an event's time, at the least
-
-
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
 
 
 class FutureRule(Protocol):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from datetime import UTC, datetime
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -17,6 +16,7 @@ from monitor.cli import main
 from monitor.config import load_config
 from monitor.sources.topics import ensure_topics
 from monitor.store.store import Store
+from monitor.telemetry.serialize import format_ts
 from tests.alerts.receivers import WebhookReceiver
 from tests.helpers import _ts, assert_exact, produce, read_jsonl, simulated, wait_for
 from tests.monitor.test_daemon import (
@@ -30,10 +30,6 @@ from tests.monitor.test_daemon import (
 DAY = 86400.0
 
 
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
-
-
 def test_future_events_are_refused_and_their_partition_goes_on_counting(
     broker: EmbeddedBroker, migrated_url: str, tmp_path: Path
 ) -> None:
@@ -45,7 +41,7 @@ def test_future_events_are_refused_and_their_partition_goes_on_counting(
     # Ahead of the wall clock by 2 days and 70 years, on a route with traffic after them.
     route = first[200]["route"]
     ahead = [{**first[200], "request_id": f"future-{name}",
-              "ts": _iso(time.time() + seconds)}
+              "ts": format_ts(time.time() + seconds)}
              for name, seconds in (("2d", 2 * DAY), ("70y", 70 * 365 * DAY))]
     poisoned = [*first[:201], ahead[0], *first[201:400], ahead[1], *first[400:]]
     assert sum(e["route"] == route for e in first[401:]) > 50
@@ -78,7 +74,7 @@ def test_a_month_old_backlog_sends_at_most_one_reminder_per_episode(
     # 10 min and stays changed: tokenizer_mismatch fires and never clears.
     assert main(["simulate", "--scenario", "quiet", "--duration", "2h", "--rate", "1",
                  "--seed", "5", "--incident", "tokenizer_swap:route=translation,at=10m",
-                 "--start", _iso(start), "--out", str(path)]) == 0
+                 "--start", format_ts(start), "--out", str(path)]) == 0
     events = list(read_jsonl(path))
     assert _ts(events[-1]["ts"]) < time.time() - 29 * DAY
     cfg = daemon_config(tmp_path, broker, migrated_url)

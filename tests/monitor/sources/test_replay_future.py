@@ -4,7 +4,6 @@ exact, and nothing of them left behind for the next file."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ import pytest
 
 from monitor.cli import main
 from monitor.store.store import Store
+from monitor.telemetry.serialize import format_ts
 from tests.helpers import _ts, assert_exact, read_jsonl
 
 LATENESS = 120.0
@@ -24,12 +24,8 @@ def _simulate(path: Path, start: str, duration: str, seed: int) -> list[dict[str
     return list(read_jsonl(path))
 
 
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
-
-
 def _ahead(event: dict[str, Any], seconds: float, rid: str) -> dict[str, Any]:
-    return {**event, "request_id": rid, "ts": _iso(_ts(event["ts"]) + seconds)}
+    return {**event, "request_id": rid, "ts": format_ts(_ts(event["ts"]) + seconds)}
 
 
 def _write(path: Path, events: list[dict[str, Any]]) -> Path:
@@ -82,7 +78,7 @@ def test_now_judges_an_old_file_against_the_time_given(
     valid = files["valid"]
     cut = _ts(valid[len(valid) // 2]["ts"])
     assert main(["replay", str(files["poisoned"]), "--db", db, "--migrate", "--no-progress",
-                 "--now", _iso(cut - 300), "--dead-letter", str(dead)]) == 0
+                 "--now", format_ts(cut - 300), "--dead-letter", str(dead)]) == 0
     capsys.readouterr()
     records = [json.loads(line) for line in dead.read_text().splitlines()]
     future = [r for r in records if r["reason"].startswith("future: ")]
