@@ -1,6 +1,7 @@
 """Detection benchmark: acceptance change points on simulated traffic, against an oracle.
 
-Run from the repo root (one command, ~5 minutes on 2 cores; ``--quick`` for a smoke run)::
+Run from the repo root (one command, ~15 minutes on 2 cores, 9 of them the changes of
+section 5; ``--quick`` for a smoke run, ``--changes-only`` for section 5 alone)::
 
     PYTHONPATH=. python bench/detection.py
 
@@ -24,6 +25,19 @@ What it does:
    segment-days).
 4. PASS/FAIL of the targets: every incident detected by specwatch; specwatch's delay at most
    1.5x the oracle's (each incident); at most 1 false alarm per segment per 30 days.
+5. Changes of setup (issue 15, "before and after"): the same traffic, with one change on one
+   route at a given hour: (a) a target fine-tune with the draft unchanged, acceptance x0.85,
+   x0.90, x0.80 (draft drift); (b) a new draft revision, x0.85; (c) a fine-tune with
+   acceptance unchanged (x1.0); (d) draft length 3 -> 5 with no drift; (e) a new draft
+   revision, x1.15. Every event of the run goes through the whole engine
+   (``monitor.detect.engine.Detection``, one partition, event-time order), as a replay
+   does. For (a), (b): the delay (minutes, requests of the new setup) to the first firing
+   ``acceptance_drop`` whose details carry ``previous``, whether its summary names both
+   revisions, and the oracle CUSUM above run on the new setup's requests from its first one
+   (pre = the old setup's in-sample mean, post = the new setup's; variance from the old
+   setup; same ARL); target: specwatch <= 1.5x the oracle. For (c), (d), (e): no
+   ``acceptance_drop`` on the route after the change. ``--changes-only`` runs just this
+   section.
 
 Everything is seeded; the same command prints the same numbers.
 """
@@ -44,10 +58,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from monitor.config import DetectionConfig  # noqa: E402
 from monitor.detect.acceptance import OverdispersedCusum  # noqa: E402
 from monitor.detect.calibration import adjustment_coefficient, siegmund_threshold  # noqa: E402
+from monitor.detect.engine import Detection  # noqa: E402
 from monitor.detect.river_adapters import AdwinDetector  # noqa: E402
 from monitor.simulate import DEFAULT_ROUTES, Incident, SimulationConfig, Simulator  # noqa: E402
+from monitor.telemetry.parse import event_from_obj  # noqa: E402
 
 DAY_S = 86400.0
 FALSE_ALARM_DAYS = 30.0
@@ -95,6 +112,41 @@ SCENARIOS: tuple[tuple[str, int, float, float, tuple[str, ...]], ...] = (
 )
 NULL_SEEDS = (201, 202, 203)
 NULL_DAYS = 7.0
+
+
+@dataclass(frozen=True)
+class ChangeCase:
+    """One change of setup on one route; ``drop``: specwatch must page (a fall), or not."""
+
+    case: str
+    what: str
+    seed: int
+    incident: str  # its offset is hours from the start (midnight UTC)
+    drop: bool
+
+
+# The change comes at 30 h (06:00 UTC, traffic rising from the night's trough) after a day
+# and a quarter of the old setup; the run goes on for 8 h, past the comparison's window
+# (detection.change_window, 6 h by default), so a late drop after (c)-(e) is seen too.
+CHANGE_AT_H, CHANGE_AFTER_H = 30.0, 8.0
+QUICK_CHANGE_AT_H, QUICK_CHANGE_AFTER_H = 8.0, 3.0
+CHANGE_CASES: tuple[ChangeCase, ...] = (
+    ChangeCase("(a)", "fine-tune, draft unchanged", 301,
+               "revision_change:route=chat,factor=0.85", True),
+    ChangeCase("(a)", "fine-tune, draft unchanged", 302,
+               "revision_change:route=chat,factor=0.9", True),
+    ChangeCase("(a)", "fine-tune, draft unchanged", 303,
+               "revision_change:route=chat,factor=0.8", True),
+    ChangeCase("(b)", "new draft, worse", 304,
+               "draft_change:route=code-assistant,factor=0.85", True),
+    ChangeCase("(c)", "fine-tune, acceptance same", 305,
+               "revision_change:route=chat,factor=1.0", False),
+    ChangeCase("(d)", "draft length 3 -> 5, no drift", 306,
+               "draft_length:route=creative-writing,k=5", False),
+    ChangeCase("(e)", "new draft, better", 307,
+               "draft_change:route=chat,factor=1.15", False),
+)
+QUICK_CHANGE_CASES = (CHANGE_CASES[0], *CHANGE_CASES[3:])  # x0.85, (b)-(e)
 
 
 # -- streams -----------------------------------------------------------------------------------
@@ -167,12 +219,16 @@ def _rho(a: np.ndarray, d: np.ndarray) -> float:
     return min(max(excess / float((d * (d - 1.0)).sum()), 0.0), 1.0)
 
 
-def run_oracle(s: Stream, change: int, rise: bool, arl: float) -> tuple[int | None, int, float]:
+def run_oracle(s: Stream, change: int, rise: bool, arl: float,
+               fresh: bool = False) -> tuple[int | None, int, float]:
     """First alarm at or after ``change`` of the oracle CUSUM, its false alarms before, and h.
 
     The oracle knows the variance (rho fitted on all pre-change requests) and both means
     (quasi-likelihood means of the pre- and post-change requests), and its direction; its
     threshold comes from the same ARL with theta solved on the pre-change increments.
+    ``fresh``: the CUSUM starts at 0 on the first request after the change (a new setup's
+    own stream, as specwatch's comparison of a new setup starts) instead of running
+    through the pre-change requests.
     """
     a, d = s.accepted.astype(np.float64), s.drafted.astype(np.float64)
     rho = _rho(a[:change], d[:change])
@@ -185,7 +241,8 @@ def run_oracle(s: Stream, change: int, rise: bool, arl: float) -> tuple[int | No
     pre = inc[:change]
     h = siegmund_threshold(arl, -float(pre.mean()), adjustment_coefficient(pre))
     stat, false_alarms = 0.0, 0
-    for i, x in enumerate(inc.tolist()):
+    first = change if fresh else 0
+    for i, x in enumerate(inc[first:].tolist(), start=first):
         stat = max(0.0, stat + x)
         if stat >= h:
             if i >= change:
@@ -304,6 +361,153 @@ def null_job(job: tuple[int, float, float]) -> list[dict[str, Any]]:
     return rows
 
 
+def _drafted_stream(rows: list[tuple[int, int, float]], start: float, end: float,
+                    route: str) -> Stream:
+    arr = np.array(rows, dtype=np.float64).reshape(-1, 3)
+    arr = arr[np.argsort(arr[:, 2], kind="stable")]
+    return Stream(route, arr[:, 0].astype(np.int64), arr[:, 1].astype(np.int64), arr[:, 2],
+                  start, end)
+
+
+def change_job(job: tuple[ChangeCase, float, float]) -> list[dict[str, Any]]:
+    """One change case through the whole detection engine, and the oracle on its route."""
+    case, at_h, after_h = job
+    kind, _, rest = case.incident.partition(":")
+    where, _, params = rest.partition(",")
+    spec = f"{kind}:{where},at={at_h:g}h" + (f",{params}" if params else "")
+    inc = Incident.parse(spec)
+    cfg = SimulationConfig(seed=case.seed, duration_s=(at_h + after_h) * 3600.0, rate=RATE,
+                           incidents=(spec,))
+    route = cfg.route(inc.route)
+    t_change = cfg.start_ts + inc.at_s
+    det = Detection(DetectionConfig(), clock="event")
+    det.load({})
+    records = []
+    rows: list[tuple[int, int, float]] = []  # the route's drafted requests: a, d, ts
+    old_setup: tuple[str, ...] = ()
+    new_setup: tuple[str, ...] = ()
+    batch = []
+    t0 = time.perf_counter()
+    for obj in Simulator(cfg).events():
+        event = event_from_obj(obj)
+        batch.append(event)
+        if len(batch) == 500:
+            det.observe(0, batch)
+            records += det.drain()
+            batch = []
+        if obj["route"] == inc.route and obj["spec"]["drafted_tokens"] > 0:
+            rows.append((obj["spec"]["accepted_tokens"], obj["spec"]["drafted_tokens"],
+                         event.ts))
+            setup = (event.target_revision, event.draft_revision or "",
+                     str(event.num_speculative_tokens))
+            if event.ts < t_change:
+                old_setup = setup
+            elif not new_setup:
+                new_setup = setup
+    det.observe(0, batch)
+    records += det.drain()
+    wall = time.perf_counter() - t0
+
+    s = _drafted_stream(rows, cfg.start_ts, cfg.start_ts + cfg.duration_s, inc.route)
+    change = int(np.searchsorted(s.ts, t_change))
+    drops = [r for r in records if r.rule == "acceptance_drop" and r.state == "firing"
+             and r.labels.get("route") == inc.route]
+    after = [r for r in drops if r.at.timestamp() >= t_change]
+    crossed = [r for r in after if isinstance(r.details, dict) and "previous" in r.details]
+    p0 = float(s.accepted[:change].sum() / s.drafted[:change].sum())
+    p1 = float(s.accepted[change:].sum() / s.drafted[change:].sum())
+    row: dict[str, Any] = {
+        "case": case.case, "what": case.what, "incident": spec, "route": inc.route,
+        "factor": inc.param("k") if inc.kind == "draft_length" else inc.param("factor"),
+        "kind": inc.kind, "at_h": at_h, "drop": case.drop, "p0": p0, "p1": p1,
+        "rate": float(len(s.ts[change:]) / max(s.end - t_change, 1.0)),
+        "old": old_setup, "new": new_setup, "wall": wall,
+        "before": sum(1 for r in drops if r.at.timestamp() < t_change),
+        "after": len(after), "first_after": None, "specwatch": None, "summary": None,
+        "names_both": None, "oracle": None, "k": route.num_speculative_tokens,
+    }
+    if after:
+        first = after[0]
+        row["first_after"] = ((first.at.timestamp() - t_change) / 60.0, first.summary)
+    if case.drop:
+        if crossed:
+            hit = crossed[0]
+            at = hit.at.timestamp()
+            n_req = int(np.searchsorted(s.ts, at, side="right")) - change
+            row["specwatch"] = ((at - t_change) / 60.0, n_req)
+            row["summary"] = hit.summary
+            changed = [(o, n) for o, n in zip(old_setup, new_setup, strict=True) if o != n]
+            row["names_both"] = bool(changed) and all(
+                o in hit.summary and n in hit.summary for o, n in changed)
+        arl = FALSE_ALARM_DAYS * DAY_S * s.rate
+        o, _, _ = run_oracle(s, change, False, arl, fresh=True)
+        row["oracle"] = None if o is None else ((float(s.ts[o]) - t_change) / 60.0,
+                                                o - change + 1)
+    return [row]
+
+
+def change_ok(row: dict[str, Any]) -> bool:
+    """(a), (b): a drop naming both revisions within 1.5x the oracle; (c)-(e): no drop."""
+    if not row["drop"]:
+        return row["after"] == 0
+    sw, orc = row["specwatch"], row["oracle"]
+    return bool(sw and orc and row["names_both"] and sw[1] <= 1.5 * orc[1])
+
+
+def print_changes(rows: list[dict[str, Any]]) -> list[tuple[str, bool, str]]:
+    """The change table; returns its PASS/FAIL checks."""
+    print()
+    print("## Changes of setup: acceptance_drop across the change (issue 15)")
+    print("(delay: minutes, requests of the new setup from its first one; oracle: CUSUM with "
+          "the old setup's and the new setup's in-sample means, fresh at the change)")
+    head = (f"{'case':<4} {'what':<30} {'route':<16} {'factor':>6} {'at':>4} "
+            f"{'p0->p1 (raw)':<13} {'req/s':>5} | {'specwatch':>14} | {'oracle':>14} | "
+            f"{'ratio':>5} | {'names':>5} | result")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        factor = f"k={r['factor']}" if r["kind"] == "draft_length" else f"x{r['factor']:.2f}"
+        ratio = names = ""
+        if r["drop"]:
+            sw = _fmt(r["specwatch"]) if r["specwatch"] else "not detected"
+            orc = _fmt(r["oracle"])
+            if r["specwatch"] and r["oracle"]:
+                ratio = f"{r['specwatch'][1] / r['oracle'][1]:5.2f}"
+            if r["names_both"] is not None:
+                names = "yes" if r["names_both"] else "NO"
+        else:
+            sw = "no drop" if not r["after"] else f"{r['after']} drop(s)"
+            orc = "-"
+        print(f"{r['case']:<4} {r['what']:<30} {r['route']:<16} {factor:>6} "
+              f"{r['at_h']:>3g}h {r['p0']:.2f}->{r['p1']:.2f}{'':<3} {r['rate']:5.2f} | "
+              f"{sw:>14} | {orc:>14} | {ratio:>5} | {names:>5} | "
+              f"{'PASS' if change_ok(r) else 'FAIL'}")
+    for r in rows:
+        if r["summary"]:
+            print(f"  {r['case']} {r['incident']}: \"{r['summary']}\"")
+        elif r["first_after"]:
+            minutes, summary = r["first_after"]
+            print(f"  {r['case']} {r['incident']}: acceptance_drop {minutes:.1f} min after "
+                  f"the change: \"{summary}\"")
+    before = sum(r["before"] for r in rows)
+    print(f"acceptance_drop on the changed route before the change in these runs: {before}; "
+          f"engine time {sum(r['wall'] for r in rows):.0f} s "
+          f"(simulate + parse + Detection, all routes)")
+    worse = [r for r in rows if r["drop"]]
+    same = [r for r in rows if not r["drop"]]
+    ratios = [r["specwatch"][1] / r["oracle"][1] for r in worse
+              if r["specwatch"] and r["oracle"]]
+    detail = f"{sum(change_ok(r) for r in worse)}/{len(worse)}"
+    if ratios:
+        detail += f", worst ratio {max(ratios):.2f}"
+    return [
+        ("changes (a)(b): acceptance_drop with previous, both revisions named, "
+         "<= 1.5x oracle", all(change_ok(r) for r in worse), detail),
+        ("changes (c)(d)(e): no acceptance_drop after an unchanged, longer or better setup",
+         all(change_ok(r) for r in same), f"{sum(change_ok(r) for r in same)}/{len(same)}"),
+    ]
+
+
 # -- report --------------------------------------------------------------------------------------
 
 
@@ -320,24 +524,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help="two scenarios and 10 segment-days of null traffic (smoke run)")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--changes-only", action="store_true",
+                        help="only the changes-of-setup section (5.)")
     args = parser.parse_args(argv)
     scenarios = SCENARIOS[:2] if args.quick else SCENARIOS
     null_seeds = NULL_SEEDS[:1] if args.quick else NULL_SEEDS
     # (--workers 1 runs in this process: handy under a profiler)
     null_days = 2.0 if args.quick else NULL_DAYS
+    if args.changes_only:
+        scenarios, null_seeds = (), ()
+    cases = QUICK_CHANGE_CASES if args.quick else CHANGE_CASES
+    at_h, after_h = ((QUICK_CHANGE_AT_H, QUICK_CHANGE_AFTER_H) if args.quick
+                     else (CHANGE_AT_H, CHANGE_AFTER_H))
 
+    flags = "".join(f" --{f}" for f, on in (("quick", args.quick),
+                                              ("changes-only", args.changes_only)) if on)
     print("# specwatch detection benchmark")
-    print(f"# command: PYTHONPATH=. python bench/detection.py{' --quick' if args.quick else ''}")
+    print(f"# command: PYTHONPATH=. python bench/detection.py{flags}")
     print(f"# traffic: monitor.simulate (as `specwatch simulate`), the 5 default routes, "
           f"diurnal 0.5, bursts 0.5/h, {RATE:g} events/s ({BUSY:g} in 'busy'); "
           f"target: 1 false alarm per segment per {FALSE_ALARM_DAYS:g} days")
-    print("# scenario seeds: " + ", ".join(f"{n}={s}" for n, s, *_ in scenarios)
-          + f"; null seeds: {', '.join(map(str, null_seeds))} x {null_days:g} days "
-          f"at {RATE:g} events/s")
+    if not args.changes_only:
+        print("# scenario seeds: " + ", ".join(f"{n}={s}" for n, s, *_ in scenarios)
+              + f"; null seeds: {', '.join(map(str, null_seeds))} x {null_days:g} days "
+              f"at {RATE:g} events/s")
+    print(f"# change seeds: {', '.join(str(c.seed) for c in cases)}; each change at "
+          f"{at_h:g} h, run to {at_h + after_h:g} h")
     started = time.perf_counter()
     # longest jobs first, so the pool's workers finish together
     jobs: list[Any] = [("null", (seed, null_days, RATE)) for seed in null_seeds]
     jobs += [("inc", sc) for sc in sorted(scenarios, key=lambda sc: -sc[2] * sc[3])]
+    jobs += [("chg", (case, at_h, after_h)) for case in cases]
     if args.workers > 1:
         with multiprocessing.get_context("fork").Pool(args.workers) as pool:
             results = pool.map(_dispatch, jobs, chunksize=1)
@@ -351,6 +568,11 @@ def main(argv: list[str] | None = None) -> int:
                 for r in rows]
     null_rows = [r for kind, rows in zip(jobs, results, strict=True) if kind[0] == "null"
                  for r in rows]
+    chg_rows = [r for kind, rows in zip(jobs, results, strict=True) if kind[0] == "chg"
+                for r in rows]
+    if args.changes_only:
+        checks = print_changes(chg_rows)
+        return _verdict(checks, started)
 
     print()
     print("## Detection delay after each incident (minutes, requests)")
@@ -389,7 +611,6 @@ def main(argv: list[str] | None = None) -> int:
     us = sum(r["t_specwatch"] for r in null_rows) / sum(r["requests"] for r in null_rows) * 1e6
     print(f"specwatch cost: {us:.1f} us per request")
 
-    print()
     missed = [r["incident"] for r in inc_rows if r["specwatch"] is None]
     worst = max(ratios) if ratios else math.inf
     checks = [
@@ -400,6 +621,12 @@ def main(argv: list[str] | None = None) -> int:
         ("<= 1 false alarm per segment per 30 days", fa["specwatch"] / months <= 1.0,
          f"{fa['specwatch']} in {seg_days:.0f} segment-days = {fa['specwatch'] / months:.2f}"),
     ]
+    checks += print_changes(chg_rows)
+    return _verdict(checks, started)
+
+
+def _verdict(checks: list[tuple[str, bool, str]], started: float) -> int:
+    print()
     for text, ok, detail in checks:
         print(f"{'PASS' if ok else 'FAIL'}: {text} ({detail})")
     print(f"# wall time {time.perf_counter() - started:.0f} s")
@@ -408,6 +635,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(job: tuple[str, Any]) -> list[dict[str, Any]]:
     kind, args = job
+    if kind == "chg":
+        return change_job(args)
     return incident_job(args) if kind == "inc" else null_job(args)
 
 

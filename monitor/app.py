@@ -27,11 +27,13 @@ from monitor.api.app import create_app
 from monitor.api.auth import token_from_env
 from monitor.api.routes_view import routes_from_detection, store_routes_view
 from monitor.api.server import ApiServer, require_token
+from monitor.changes import JudgeSettings
 from monitor.config import Config
 from monitor.deadletter import KafkaDeadLetter
 from monitor.detect.engine import Detection
 from monitor.exceptions import ConfigError, LoopFailedError
 from monitor.exposition import DetectionCollector, DetectionView, RollupCounters, snapshot_view
+from monitor.exposition_changes import ChangeCollector
 from monitor.jobs import Jobs
 from monitor.kafka_producer import dead_letter_producer
 from monitor.metrics import IngestMetrics
@@ -128,6 +130,9 @@ class Application:
         self.detection_view: DetectionView | None = None
         self.registry.register(DetectionCollector(lambda: self.detection_view,
                                                   config.exposition.max_series))
+        # Changes are judged from the committed rollups, at most once a minute, on scrape.
+        self.judge = JudgeSettings.from_config(config.detection)
+        self.registry.register(ChangeCollector.for_store(self.store, self.judge))
         # Series per route and in total are capped: hostile or runaway labels cannot grow
         # the tables, the detectors or /metrics without bound.
         self.guard = CardinalityGuard(self.store, config.ingest.max_series_per_route,
@@ -165,7 +170,7 @@ class Application:
                 committed = store_routes_view(self.store, [self.pipeline.source])
                 self.api = ApiServer(
                     create_app(self.store, registry=self.registry, token=self._api_token,
-                               status=self.status,
+                               status=self.status, changes=self.judge,
                                routes_view=lambda: self.routes if self.routes is not None
                                else committed()),
                     *self._http,

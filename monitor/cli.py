@@ -1,5 +1,5 @@
-"""The ``specwatch`` command: run, replay, ratios, simulate, db, demo, silence, baseline,
-alerts, adapt, scrape, report, serve."""
+"""The ``specwatch`` command: run, replay, ratios, changes, simulate, db, demo, silence,
+baseline, alerts, adapt, scrape, report, serve."""
 
 from __future__ import annotations
 
@@ -291,12 +291,14 @@ def build_parser() -> argparse.ArgumentParser:
     from monitor.adapters.cli import register as register_adapt
     from monitor.api.cli import register as register_api
     from monitor.cli_alerting import register as register_alerting
+    from monitor.cli_changes import register as register_changes
     from monitor.proxy.cli import register as register_proxy
     from monitor.report.cli import register as register_report
     from monitor.scrape.cli import register as register_scrape
     from monitor.simulate.cli import register
 
     register(sub)
+    register_changes(sub, with_config, _config)
     register_alerting(sub, with_config, _config)
     register_adapt(sub, with_config, _config)
     register_scrape(sub, with_config, _config)

@@ -154,6 +154,11 @@ class DetectionConfig(Frozen):
     inactive_window: Duration = 600.0
     inactive_min_requests: int = Field(20, ge=1)  # a quiet route proves nothing
     idle_pair_resolve: Duration = 1800.0
+    # After a change on a route, how long the new setup is compared live with the one it
+    # replaced (unless decided sooner), and how far each side reaches in the change report.
+    change_window: Duration = 21600.0
+    # A setup unseen on its route this long, coming back, is a change (a rollback).
+    change_return_after: Duration = 3600.0
 
 
 SinkName = Literal["slack", "pagerduty", "alertmanager", "webhook", "log"]

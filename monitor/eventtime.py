@@ -171,9 +171,11 @@ class Lookahead:
             self._process(self._partition, offset, raw)
             return
         parsed = self._parse(raw)
-        newest = newest_time(parsed[0])
+        events = parsed[0]
+        # One event per message is the common case: no call for it (this runs per line).
+        newest = events[0].ts if len(events) == 1 else newest_time(events)
         held = self._held
-        if not held and (newest is None or newest <= rule.limit(self._newest())):
+        if not held and (newest is None or newest <= self._newest() + rule.skew):
             self._process(self._partition, offset, raw, parsed=parsed)  # nothing to judge
             return
         held.append((offset, raw, parsed, newest))

@@ -15,7 +15,10 @@ job            when                           lease             what
                                                                 staleness
 ``flag_off``   ``flag_off_cron``              ``job:flag_off``  ``monitor/flagoff.py`` on the
                (Monday 06:00 UTC)                               window ending at the scheduled
-                                                                time; reports upserted
+                                                                time: the change judge on each
+                                                                route's latest
+                                                                ``speculation_off`` change;
+                                                                reports upserted
 =============  =============================  ================  ==================================
 
 - **Retention only.** Minute rows are not compacted into hours and days by a job: the

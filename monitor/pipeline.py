@@ -20,6 +20,7 @@ import orjson
 from monitor.aggregate.bucket import BucketStats
 from monitor.aggregate.series import SeriesKey
 from monitor.alert_record import AlertRecord
+from monitor.change_record import ChangeRecord
 from monitor.config import IngestConfig
 from monitor.deadletter import DeadLetterSink
 from monitor.dedup import SeenIds
@@ -61,6 +62,7 @@ class EventObserver(Protocol):
     def load(self, states: dict[str, Any]) -> None: ...
     def snapshot(self) -> dict[str, Any]: ...
     def drain(self) -> list[AlertRecord]: ...
+    def drain_changes(self) -> list[ChangeRecord]: ...
     def drop_all(self) -> None: ...
     def accept_baseline(self, route: str, now: float) -> bool: ...
     def owns_route(self, route: str) -> bool: ...
@@ -423,6 +425,7 @@ class Pipeline:
         observer, alerting = self.observer, self.alerting
         decided = (observer is not None and observer.pending) or bool(self._applied_baselines)
         alerts = observer.drain() if observer is not None else []
+        changes = observer.drain_changes() if observer is not None else []
         notified = None
         if alerting is not None and alerting.loaded and observer is not None:
             # Timers (minimum firing time, resolve hold, group waits) fire on the clock alone.
@@ -448,7 +451,8 @@ class Pipeline:
         state = observer.snapshot() if observer is not None else {}
         rollups = {(SeriesKey._make(k[:-1]), k[-1]): b for k, b in self._pending.items()}
         cp = Checkpoint(self.source, rollups=rollups, partitions=commits, state=state,
-                        alerts=alerts, applied_baselines=list(self._applied_baselines))
+                        alerts=alerts, applied_baselines=list(self._applied_baselines),
+                        changes=changes)
         if notified:
             state.update(notified.state)
             cp.outbox, cp.episodes = notified.outbox, notified.episodes

@@ -71,6 +71,13 @@ def hhmm(ts: float) -> str:
 def _acceptance(verb: str) -> Summary:
     def summary(state: str, lab: dict[str, str], ev: dict[str, Any]) -> str:
         name = lab["route"]
+        prev = ev.get("previous")
+        if prev:  # a comparison with the setup this one replaced
+            if state == "resolved":
+                return (f"{name}: acceptance back at {fmt(ev.get('current'))} "
+                        f"(previous setup {fmt(prev.get('rate'))})")
+            return (f"{name}: acceptance {fmt(prev.get('rate'))} -> "
+                    f"{fmt(ev.get('current'))} since {prev.get('change')}")
         if state == "resolved":
             return (f"{name}: acceptance back at {fmt(ev.get('current'))} "
                     f"(baseline {fmt(ev.get('baseline'))})")

@@ -14,12 +14,19 @@ from fastapi import Depends, FastAPI
 from fastapi.openapi.utils import get_openapi
 from prometheus_client import CollectorRegistry
 
-from monitor.api import routes_alerting, routes_data, routes_detection, routes_health
+from monitor.api import (
+    routes_alerting,
+    routes_changes,
+    routes_data,
+    routes_detection,
+    routes_health,
+)
 from monitor.api.auth import BearerAuth, is_protected
 from monitor.api.errors import install_error_handlers
 from monitor.api.metrics import ApiMetrics, MetricsMiddleware
 from monitor.api.params import reject_unknown_query
 from monitor.api.routes_view import store_routes_view
+from monitor.changes import JudgeSettings
 from monitor.store.store import Store
 
 API_VERSION = "1"
@@ -30,6 +37,8 @@ specwatch's per-route speculative-decoding history and decisions, read from its 
   `specwatch ratios`) and latency/throughput quantiles (`/api/v1/latency`).
 * **detection**: routes, segments, baselines and keep/turn-off recommendations.
 * **alerting**: alert state changes, episodes, silences (add and expire).
+* **changes**: each setup change on a route judged against the setup it replaced
+  (`/api/v1/changes`, as `specwatch changes`).
 * **operations**: `/healthz`, `/readyz`, `/metrics`.
 
 Times are RFC 3339 in UTC. Every error is `{"error": "...", "detail": ...}`; a bad parameter
@@ -45,6 +54,7 @@ def create_app(
     token: str | None = None,
     status: Callable[[], dict[str, Any]] | None = None,
     routes_view: Callable[[], list[dict[str, Any]]] | None = None,
+    changes: JudgeSettings | None = None,
 ) -> FastAPI:
     """The HTTP API over ``store``.
 
@@ -52,7 +62,9 @@ def create_app(
     are registered in it. ``token``: required as a bearer token on ``/api/...`` and
     ``/metrics``. ``status``: merged into ``/readyz`` (``{"ready": False, ...}`` makes it 503).
     ``routes_view``: the daemon's view of ``/api/v1/routes``; by default the detector state
-    committed in the store.
+    committed in the store. ``changes``: how ``/api/v1/changes`` judges (by default
+    :class:`~monitor.changes.JudgeSettings`'s defaults; ``JudgeSettings.from_config`` for the
+    configuration's ``detection.change_window`` and ``min_effect``).
     """
     app = FastAPI(
         title="specwatch API",
@@ -62,6 +74,7 @@ def create_app(
             {"name": "rollups", "description": "ratio tables and latency quantiles"},
             {"name": "detection", "description": "segments, baselines, recommendations"},
             {"name": "alerting", "description": "alert records, episodes, silences"},
+            {"name": "changes", "description": "setup changes judged before and after"},
             {"name": "operations", "description": "health, readiness, metrics"},
         ],
     )
@@ -71,6 +84,8 @@ def create_app(
     app.include_router(routes_detection.router(routes_view or store_routes_view(store)),
                        dependencies=strict)
     app.include_router(routes_alerting.router(store), dependencies=strict)
+    app.include_router(routes_changes.router(store, changes or JudgeSettings()),
+                       dependencies=strict)
     # Probes and scrapers are left alone: a query string there is theirs (name[] filters).
     app.include_router(routes_health.router(store, registry=registry, status=status))
     # Added last = outermost: a request without the token reaches nothing else.

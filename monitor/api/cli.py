@@ -2,7 +2,8 @@
 
 For a read replica, or a box that only answers questions: everything comes from the
 database (routes from the detector state the daemons committed). ``/metrics`` shows this
-process's own registry (the API's request metrics), not a daemon's.
+process's own registry (the API's request metrics, and the change gauges judged from the
+database), not a daemon's.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ def cmd_serve(args: argparse.Namespace, config: Config, *, stop: threading.Event
     from monitor.api.auth import token_from_env
     from monitor.api.routes_health import database_state
     from monitor.api.server import ApiServer, require_token
+    from monitor.changes import JudgeSettings
+    from monitor.exposition_changes import ChangeCollector
     from monitor.store.store import Store
 
     host, port = args.http
@@ -59,7 +62,12 @@ def cmd_serve(args: argparse.Namespace, config: Config, *, stop: threading.Event
     if state != "ok":
         log.warning("%s: %s; /readyz answers 503 until it is", store.url, reason)
     stop = stop or threading.Event()
-    server = ApiServer(create_app(store, registry=CollectorRegistry(), token=token), host, port)
+    judge = JudgeSettings.from_config(config.detection)
+    registry = CollectorRegistry()
+    # The change gauges are read from the database: a replica serves them as well as a daemon.
+    registry.register(ChangeCollector.for_store(store, judge))
+    server = ApiServer(create_app(store, registry=registry, token=token, changes=judge),
+                       host, port)
     previous = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -212,6 +212,65 @@ class SilenceIn(BaseModel):
         return value
 
 
+Verdict = Literal["better", "worse", "same", "insufficient_data"]
+
+
+class ChangeMetricOut(BaseModel):
+    """One metric before and after a change (``monitor/changes``). Acceptance adds
+    ``basis`` (``rate``, or ``shared_positions`` when the draft length changed, with
+    ``positions``), token counts and ``live``; quantiles their bounds; an undecidable metric
+    its ``reason``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    verdict: Verdict
+    before: float | None
+    after: float | None
+    change: float | None = Field(description="after / before - 1 (scale relative), or after "
+                                 "- before (scale absolute: the error rate)")
+    interval: list[float | None] | None = Field(
+        description="95% interval [low, high] of the change; an end is null when unbounded")
+    scale: Literal["relative", "absolute"]
+    requests_before: int = Field(description="requests that count for this metric, before")
+    requests_after: int
+    direction_bad: Literal["higher", "lower"]
+    critical: bool = Field(description="a critical metric that is worse makes the change worse")
+    min_effect: float = Field(description="the smallest change called better or worse")
+
+
+class ChangeSideOut(BaseModel):
+    """The range and series one side of a change was read from."""
+
+    since: datetime
+    until: datetime
+    series: dict[str, Any]
+    buckets: int = Field(description="buckets with traffic of the side's series")
+    granularity: Literal["minute", "hour"]
+
+
+class ChangeOut(BaseModel):
+    """A setup change on a route judged against the setup it replaced (``specwatch
+    changes --format json``)."""
+
+    change_id: str
+    route: str
+    temperature: str = Field(description="temperature bucket the change was first seen in")
+    at: datetime = Field(description="the new setup's first event on the route")
+    kind: str = Field(description="draft_drift, new_draft, draft_length, tokenizer, "
+                      "speculation_on, speculation_off, engine or other")
+    summary: str
+    previous: dict[str, str]
+    current: dict[str, str]
+    changed: dict[str, list[str]] = Field(description="field -> [old, new]")
+    live: dict[str, Any] = Field(description="the live acceptance comparison (state, rates, "
+                                 "interval, counts) as detection last recorded it")
+    metrics: dict[str, ChangeMetricOut]
+    verdict: Verdict
+    reason: str
+    before: ChangeSideOut
+    after: ChangeSideOut
+
+
 class HealthOut(BaseModel):
     status: Literal["ok"]
 

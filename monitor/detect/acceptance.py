@@ -140,6 +140,9 @@ class OverdispersedCusum(Detector):
     overdispersion
         False treats tokens as independent coin flips (rho = 0, theta = 1): for comparison
         only, it false-alarms on real traffic.
+    refine
+        False keeps the baseline as it is (see :meth:`carried`): the test stays one of the
+        new requests against that baseline, never against a blend of both.
 
     Examples
     --------
@@ -164,6 +167,7 @@ class OverdispersedCusum(Detector):
     PARAMS = dict.fromkeys((
         "min_effect", "effects", "false_alarm_days", "arl_requests", "two_sided",
         "warmup_requests", "warmup_tokens", "baseline_chunk", "min_requests", "overdispersion",
+        "refine",
     ), lambda value: value)
 
     def __init__(
@@ -178,6 +182,7 @@ class OverdispersedCusum(Detector):
         baseline_chunk: int = 500,
         min_requests: int = 2,
         overdispersion: bool = True,
+        refine: bool = True,
     ) -> None:
         if not 0.0 < min_effect < 1.0:
             raise ValueError(f"min_effect must be in (0, 1), got {min_effect}")
@@ -253,6 +258,42 @@ class OverdispersedCusum(Detector):
     def reset_baseline(self) -> None:
         """Forget the baseline and start a fresh warm-up (new segment, or change accepted)."""
         self._reset()
+
+    def carried(self) -> OverdispersedCusum | None:
+        """A detector for the setup that replaced this one: this baseline (rate, rho,
+        histogram, thresholds), armed from the first request, never refined. ``None`` while
+        this one is still warming up: there is no baseline to carry.
+
+        >>> import numpy as np
+        >>> rng = np.random.default_rng(7)
+        >>> old = OverdispersedCusum(arl_requests=1e6)
+        >>> for _ in range(3000):
+        ...     d = 200; old.update(int(rng.binomial(d, rng.beta(18, 12))), d)
+        >>> new = old.carried()
+        >>> new.phase, round(new.baseline, 2)
+        ('watch', 0.6)
+        >>> for i in range(2000):  # the replacement accepts 15 % less, from its first request
+        ...     d = 200; new.update(int(rng.binomial(d, rng.beta(18, 12) * 0.85)), d)
+        ...     if new.drift_detected:
+        ...         break
+        >>> new.direction, i < 100
+        ('drop', True)
+        """
+        if self._phase == "warmup":
+            return None
+        twin = type(self)(**{**self.params(), "refine": False})
+        twin._phase = "watch"
+        twin._rho = self._rho
+        twin._base = list(self._base)
+        twin._ref = RequestHistogram.from_json(self._ref.to_json())
+        twin._newer_hist = RequestHistogram(self._rho)
+        twin._p0, twin._cal_n, twin._cal_rate, twin._arl = (
+            self._p0, self._cal_n, self._cal_rate, self._arl)
+        for name in ("_side", "_delta", "_p1", "_ca", "_cb", "_h", "_theta"):
+            setattr(twin, name, list(getattr(self, name)))
+        twin._s = [0.0] * len(self._s)
+        twin._ex = [list(_EMPTY_EX) for _ in self._s]
+        return twin
 
     # -- read-only results -------------------------------------------------------------------
 
@@ -523,7 +564,8 @@ class OverdispersedCusum(Detector):
         if self._newer[_N] < self.baseline_chunk:
             return
         suspect = any(s >= _SUSPECT * h for s, h in zip(self._s, self._h, strict=True))
-        if self._older is not None and self._older_hist is not None and not suspect:
+        if (self.refine and self._older is not None and self._older_hist is not None
+                and not suspect):
             for i in range(_SUMS):
                 self._base[i] += self._older[i]
             self._ref.merge(self._older_hist)

@@ -135,6 +135,13 @@ class ConditionDetector(Detector):
     # property like ``firing``: the engine reads it after every event.
     changed: bool = False
 
+    def _set_params(self, values: Mapping[str, Any]) -> None:
+        super()._set_params(values)
+        # Instance attributes from the start, in one order for every instance: the per-event
+        # reads and writes stay on Python's fast path for instance attributes.
+        self._firing = False
+        self.changed = False
+
     @property
     def firing(self) -> bool:
         return self._firing

@@ -23,6 +23,7 @@ from types import MappingProxyType
 from typing import Any
 
 from monitor.alert_record import AlertRecord
+from monitor.change_record import ChangeRecord
 from monitor.config import DetectionConfig
 from monitor.detect.evaluate import Evaluator
 from monitor.detect.ownership import ENGINE_KEY, ROUTE_PREFIX, SEGMENT_PREFIX, DetectionState
@@ -75,6 +76,7 @@ class Detection:
         """Restore what a previous run stored (all keys of this source): the routes of
         ``owned`` partitions to judge, the others aside (set ``owned`` first)."""
         self._evaluator.alerts.clear()
+        self._evaluator.changes.clear()
         self._state.load(states)
         self.loaded = True
 
@@ -91,17 +93,25 @@ class Detection:
     @property
     def pending(self) -> bool:
         """Alerts or state changes not yet handed to a checkpoint."""
-        return bool(self._evaluator.alerts or self._state.dirty)
+        ev = self._evaluator
+        return bool(ev.alerts or ev.changes or self._state.dirty)
 
     def drain(self) -> list[AlertRecord]:
         """Alert state changes decided since the last call, in decision order."""
         out, self._evaluator.alerts = self._evaluator.alerts, []
         return out
 
+    def drain_changes(self) -> list[ChangeRecord]:
+        """Changes on routes created or updated since the last call, each once (its latest
+        state), in the order first touched."""
+        changes, self._evaluator.changes = self._evaluator.changes, []
+        return list({c.change_id: c for c in changes}.values())
+
     def drop_all(self) -> None:
         """Forget everything in memory (after a fenced checkpoint); reload before use."""
         self._state.clear()
         self._evaluator.alerts.clear()
+        self._evaluator.changes.clear()
         self.loaded = False
 
     def owns_route(self, route_name: str) -> bool:

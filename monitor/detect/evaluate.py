@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from monitor.alert_record import AlertRecord, fingerprint
+from monitor.change_record import ChangeRecord
 from monitor.detect.segments import Route, Segment, when
 from monitor.jsonable import jsonable
 from monitor.rules import CATALOGUE
@@ -28,6 +29,7 @@ class Evaluator:
 
     def __init__(self) -> None:
         self.alerts: list[AlertRecord] = []
+        self.changes: list[ChangeRecord] = []  # created or updated since the last drain
 
     # -- route rules -------------------------------------------------------------------------
 
@@ -62,6 +64,16 @@ class Evaluator:
 
     def segment_rules(self, seg: Segment, e: Event) -> None:
         ts, lab = e.ts, seg.labels
+        held: set[str] | frozenset[str] = frozenset()
+        versus = seg.versus
+        if versus is not None and versus.active:
+            versus.update(e)
+            for rule, now_firing, details in versus.flips:
+                self.flip(seg.firing, rule, now_firing, lab, ts, details)
+            if versus.changed:
+                versus.record.updated_at = ts
+                self.changes.append(versus.record)
+            held = versus.holds  # the comparison's alerts: the own detectors leave them be
         if e.has_spec and e.drafted_tokens > 0:
             det = seg.acceptance
             det.update(e.accepted_tokens, e.drafted_tokens, ts)
@@ -70,7 +82,7 @@ class Evaluator:
                 self.flip(seg.firing, rule, True, lab, ts, det.evidence())
             elif det.recovered:
                 for rule in ("acceptance_drop", "acceptance_rise"):
-                    if rule in seg.firing:
+                    if rule in seg.firing and rule not in held:
                         self.flip(seg.firing, rule, False, lab, ts, det.evidence())
             seg.positions.update(e)
         if e.has_spec:
@@ -83,12 +95,27 @@ class Evaluator:
                     ev["recommended_num_speculative_tokens"] = knee
                 self.flip(seg.firing, "below_breakeven", seg.breakeven.firing, lab, ts, ev)
         seg.throughput.update(e)
-        if seg.throughput.changed:
+        if seg.throughput.changed and "throughput_drop" not in held:
             self.flip(seg.firing, "throughput_drop", seg.throughput.firing, lab, ts,
                       seg.throughput.evidence())
 
+    def released(self, seg: Segment, ts: float, reason: str) -> None:
+        """The comparison of ``seg`` stops; the alerts it held resolve, saying why."""
+        versus = seg.versus
+        if versus is None:
+            return
+        for rule in sorted(versus.holds):
+            if rule in seg.firing:
+                self.resolve(seg.firing, rule, seg.labels, ts,
+                             f"{seg.labels['route']}: {reason}", {"reason_resolved": reason})
+        versus.release(ts, reason)
+        versus.record.updated_at = ts
+        self.changes.append(versus.record)
+
     def idle_pair(self, route: Route, seg: Segment, now: float) -> None:
         """The pair stopped serving: what it had firing resolves."""
+        if seg.versus is not None and seg.versus.holds:
+            self.released(seg, now, "pair no longer serving traffic")
         for rule in list(seg.firing):
             self.resolve(seg.firing, rule, seg.labels, now,
                          f"{route.name}: pair no longer serving traffic",
@@ -97,6 +124,8 @@ class Evaluator:
     def baseline_accepted(self, seg: Segment, previous_baseline: float | None,
                           ts: float) -> None:
         """An operator accepted a new baseline: the alerts against the old one resolve."""
+        if seg.versus is not None and seg.versus.active:
+            self.released(seg, ts, "new baseline accepted by an operator")
         for rule in BASELINE_RULES:
             if rule in seg.firing:
                 self.resolve(seg.firing, rule, seg.labels, ts,

@@ -1,9 +1,11 @@
 """Event routing: every counted event finds (or creates) its route and its segment.
 
-A new revision, tokenizer or draft length is a new segment with a fresh baseline, never a
-"drop". Events of routes over the cardinality cap are skipped (mixed: nothing to judge), and
-pairs over a route's cap feed only the route's own rules. This is the per-event path: keep
-it lean (``bench/ingest.py`` measures it).
+A new revision, tokenizer or draft length is a new segment with a baseline of its own, and
+a change on its route: its live comparison with the setup it replaced
+(:mod:`monitor.detect.lineage`) is what judges it until its own baseline takes over. Events
+of routes over the cardinality cap are skipped (mixed: nothing to judge), and pairs over a
+route's cap feed only the route's own rules. This is the per-event path: keep it lean
+(``bench/ingest.py`` measures it).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 from monitor.aggregate.guard import OVERFLOW
 from monitor.config import DetectionConfig
+from monitor.detect import lineage
 from monitor.detect.acceptance import AcceptanceDetector, make_detector
 from monitor.detect.activity import ContentionMonitor, InactivityMonitor, StalenessMonitor
 from monitor.detect.breakeven import BreakevenMonitor, CostModel, cutoff
@@ -54,6 +57,7 @@ class Router:
         edges = self.config.temperature_edges
         dirty = st.dirty
         route_rules, segment_rules = self.evaluator.route_rules, self.evaluator.segment_rules
+        return_after = self.config.change_return_after
         for e in events:
             name = e.route
             if name == OVERFLOW:
@@ -81,10 +85,12 @@ class Router:
                     ids.clear()  # a cache: raw temperatures may take many values
                 seg_id = ids[parts] = segment_id(e, temperature_bucket(t, edges))
             segment = segments.get(seg_id)
+            ts = e.ts
             if segment is None:
                 segment = self.new_segment(route, seg_id, e)
+            elif ts - segment.last_ts >= return_after:
+                self.came_back(route, seg_id, segment, e)
             dirty.add("segment:" + seg_id)
-            ts = e.ts
             if ts > segment.last_ts:
                 segment.last_ts = ts
             segment_rules(segment, e)
@@ -135,10 +141,28 @@ class Router:
             breakeven=BreakevenMonitor(cutoff=cut, window=cfg.breakeven_window),
             positions=PositionCurve(cost_model=cost),
             throughput=self.new_throughput(),
+            setup=lineage.setup_of(e),
         )
         self.state.segments[seg_id] = seg
         route.segments.append(seg_id)
+        self._change(route, seg_id, seg, e)
         return seg
+
+    def came_back(self, route: Route, seg_id: str, seg: Segment, e: Event) -> None:
+        """A setup the route had left serves again (a rollback): a change, if another setup
+        served meanwhile. Never a first event: that is :meth:`new_segment`."""
+        if seg.last_ts > 0.0:
+            self._change(route, seg_id, seg, e)
+
+    def _change(self, route: Route, seg_id: str, seg: Segment, e: Event) -> None:
+        found = lineage.predecessor(route, self.state.segments, seg_id, seg.temperature, e.ts,
+                                    self.config.change_return_after)
+        if found is None:
+            return  # the route's first setup, or it comes back to a silent route
+        if seg.versus is not None and seg.versus.holds:
+            self.evaluator.released(seg, e.ts, "the route changed setup again")
+        seg.versus = lineage.start(route, seg_id, seg, *found, e, self.config)
+        self.evaluator.changes.append(seg.versus.record)
 
     def _cost_model(self, e: Event) -> CostModel | None:
         for cm in self.config.cost_models:

@@ -19,6 +19,7 @@ import orjson
 from monitor.detect.acceptance import AcceptanceDetector, restore_detector
 from monitor.detect.activity import ContentionMonitor, InactivityMonitor, StalenessMonitor
 from monitor.detect.breakeven import BreakevenMonitor
+from monitor.detect.comparison import Comparison
 from monitor.detect.metadata import MetadataRules
 from monitor.detect.positions import PositionCurve
 from monitor.detect.throughput import ThroughputMonitor
@@ -63,6 +64,12 @@ class Segment:
     throughput: ThroughputMonitor
     last_ts: float = 0.0
     firing: dict[str, str] = field(default_factory=dict)  # rule -> fingerprint
+    versus: Comparison | None = None  # the live test against the setup this one replaced
+    setup: dict[str, str] = field(default_factory=dict)  # see monitor.change_record
+
+    @property
+    def temperature(self) -> str:
+        return self.labels.get("temperature", "")
 
     @property
     def pair(self) -> tuple[str, ...]:
@@ -76,6 +83,8 @@ class Segment:
             "firing": self.firing, "acceptance": self.acceptance.snapshot(),
             "breakeven": self.breakeven.snapshot(), "positions": self.positions.snapshot(),
             "throughput": self.throughput.snapshot(),
+            "versus": None if self.versus is None else self.versus.snapshot(),
+            "setup": self.setup,
         }
 
     @classmethod
@@ -89,7 +98,18 @@ class Segment:
             throughput=ThroughputMonitor.restore(data["throughput"]),
             last_ts=float(data["last_ts"]),
             firing=dict(data["firing"]),
+            versus=None if data.get("versus") is None else Comparison.restore(data["versus"]),
+            setup=dict(data.get("setup") or _setup_from_labels(data["labels"])),
         )
+
+
+def _setup_from_labels(labels: dict[str, str]) -> dict[str, str]:
+    """The setup of a segment stored before setups were (tokenizers and engine unknown)."""
+    return {"target_model": labels["target_model"],
+            "target_revision": labels["target_revision"], "target_tokenizer": "",
+            "draft_model": labels["draft_model"], "draft_revision": labels["draft_revision"],
+            "draft_tokenizer": "", "method": labels.get("method", ""),
+            "num_speculative_tokens": labels["num_speculative_tokens"], "engine": ""}
 
 
 @dataclass

@@ -437,6 +437,17 @@ class ThroughputMonitor(ConditionDetector):
         self._norm = _norm(self._baseline)
         self._sample = ThinnedSample(self.reservoir)  # the raw sample is no longer needed
 
+    def carried(self) -> ThroughputMonitor | None:
+        """A monitor for the setup that replaced this one: this baseline (quantiles, batch
+        factor, error rate), an empty window. ``None`` while this one is still warming up."""
+        if self._baseline is None:
+            return None
+        twin = type(self)(**self.params())
+        twin._baseline = dict(self._baseline)
+        twin._norm = _norm(twin._baseline)
+        twin._warm_start = self._warm_start
+        return twin
+
     def reset_baseline(self) -> None:
         """Forget the baseline and the window: the next events make a new warm-up.
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+from monitor.change_record import ChangeRecord
 from monitor.detect.segments import Route, Segment
 
 __all__ = ["JudgedView"]
@@ -28,3 +29,9 @@ class JudgedView:
             seg = segments.get(seg_id)
             if seg is not None:
                 yield seg_id, seg
+
+    @property
+    def changes(self) -> dict[str, ChangeRecord]:
+        """The latest change of each segment that has one (change id -> record)."""
+        return {seg.versus.record.change_id: seg.versus.record
+                for seg in self.segments.values() if seg.versus is not None}

@@ -30,6 +30,7 @@ def write_atomically(path: Path, content: str) -> None:
 
 
 def cmd_report(args: argparse.Namespace, config: Config) -> int:
+    from monitor.changes import JudgeSettings
     from monitor.report.data import gather_report
     from monitor.report.html import render_html
     from monitor.store.store import Store
@@ -39,7 +40,7 @@ def cmd_report(args: argparse.Namespace, config: Config) -> int:
         report = gather_report(
             store, args.route, since=args.since, until=args.until,
             granularity=args.granularity, default_cutoff=det.breakeven_cutoff,
-            idle_after=det.idle_pair_resolve,
+            idle_after=det.idle_pair_resolve, changes=JudgeSettings.from_config(det),
         )
     if report.empty:
         # No page at all: an empty report saved over last week's would look like a fix.
@@ -61,8 +62,8 @@ def cmd_report(args: argparse.Namespace, config: Config) -> int:
 def register(sub: Any, with_config: Callable[[argparse.ArgumentParser], None],
              config: Callable[[argparse.Namespace], Config]) -> None:
     """Add ``report`` to the ``specwatch`` parser."""
-    p = sub.add_parser("report", help="one route's acceptance, alerts, latency and "
-                       "recommendations as a self-contained HTML page")
+    p = sub.add_parser("report", help="one route's acceptance, alerts, latency, setup "
+                       "changes and recommendations as a self-contained HTML page")
     p.add_argument("--route", required=True)
     p.add_argument("--since", type=parse_time_arg, default="30d",
                    help="RFC 3339 time or a duration ago (default: 30d)")

@@ -9,6 +9,8 @@ Sources, all per route:
 - ``store.alerting.episodes``: what the on-call saw, as spans.
 - The detector snapshots (``detect/route/...`` and ``detect/segment/...``): the current
   break-even recommendation, cutoff, knee and acceptance baseline of each segment.
+- ``setup_changes``, judged by ``monitor/changes``: each change of setup in the range against
+  the setup it replaced, per metric and overall.
 
 Series are grouped by **model pair** (target model, draft model or drafting method): a new
 revision, tokenizer or draft length is a new series of the same pair, drawn as a change on
@@ -26,6 +28,7 @@ from typing import Any
 
 from monitor.aggregate.bucket import BucketStats
 from monitor.aggregate.series import SeriesKey
+from monitor.changes import ChangeJudgement, JudgeSettings, judge_changes
 from monitor.detect.breakeven import DEFAULT_CUTOFF
 from monitor.detect.ownership import ROUTE_PREFIX, SEGMENT_PREFIX
 from monitor.detect.report import recommendation_lines
@@ -238,6 +241,7 @@ class RouteReport:
     generated_at: datetime
     other_routes: list[str] = field(default_factory=list)  # when empty: what the range has
     notes: list[str] = field(default_factory=list)
+    changes: list[ChangeJudgement] = field(default_factory=list)  # setup changes, judged
 
     @property
     def empty(self) -> bool:
@@ -500,6 +504,7 @@ def gather_report(
     default_cutoff: float = DEFAULT_CUTOFF,
     idle_after: float = 1800.0,
     now: datetime | None = None,
+    changes: JudgeSettings | None = None,
 ) -> RouteReport:
     """Read everything the report of ``route`` over ``[since, until)`` shows.
 
@@ -507,7 +512,9 @@ def gather_report(
     :func:`choose_granularity`). ``default_cutoff`` is the break-even line of pairs without a
     detector snapshot (the configuration's ``detection.breakeven_cutoff``). A segment whose
     last event is more than ``idle_after`` seconds older than the route's newest is marked
-    idle. The report is :attr:`RouteReport.empty` when the route has no rows in the range.
+    idle. ``changes`` judges the route's setup changes in the range (window, minimum
+    effects: ``JudgeSettings.from_config``). The report is :attr:`RouteReport.empty` when the
+    route has no rows in the range.
     """
     if granularity not in GRANULARITIES:
         raise ValueError(f"granularity must be one of {', '.join(GRANULARITIES)}")
@@ -542,5 +549,6 @@ def gather_report(
             episodes=[e for e in episodes if pair.matches(e.labels)],
             segments=segs, cutoffs=cutoffs,
         ))
+    judged = judge_changes(store, route=route, since=since, until=until, settings=changes)
     return RouteReport(route, since, until, gran, pairs, episodes, segments, generated,
-                       notes=notes)
+                       notes=notes, changes=judged)

@@ -9,7 +9,7 @@ from typing import Any
 
 from monitor.simulate.durations import parse_time
 from monitor.simulate.exceptions import SimulationError
-from monitor.simulate.incidents import Incident
+from monitor.simulate.incidents import ACCEPTANCE_FACTOR_KINDS, NEEDS_DRAFT, Incident
 from monitor.simulate.profiles import DEFAULT_ROUTES, RouteProfile
 
 DEFAULT_START = "2026-11-02T00:00:00Z"  # a Monday at midnight UTC: the daily trough is 02:00
@@ -66,11 +66,20 @@ class SimulationConfig:
                 raise SimulationError(
                     f"incident {inc} names route {inc.route!r}; routes are: {', '.join(names)}"
                 )
-            if inc.kind in ("tokenizer_swap", "eviction") and self.route(inc.route).draft is None:
+            route = self.route(inc.route)
+            if inc.kind in NEEDS_DRAFT and route.draft is None:
                 raise SimulationError(
                     f"incident {inc}: route {inc.route!r} drafts without a draft model "
-                    f"({self.route(inc.route).method}), so it has no draft to swap or evict"
+                    f"({route.method}), so it has no draft to swap, evict or replace"
                 )
+            if inc.kind in ACCEPTANCE_FACTOR_KINDS:
+                moved = route.acceptance * float(inc.param("factor"))
+                if not moved < 1.0:
+                    raise SimulationError(
+                        f"incident {inc}: puts {inc.route!r}'s acceptance at "
+                        f"{route.acceptance:g} x {inc.param('factor'):g} = {moved:.3g}, "
+                        f"it must stay below 1"
+                    )
         if not isinstance(self.seed, int) or self.seed < 0:
             raise SimulationError(f"seed must be an integer >= 0, got {self.seed!r}")
         if self.duration_s is not None and not self.duration_s >= 0:

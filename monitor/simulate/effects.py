@@ -7,11 +7,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from monitor.simulate.durations import format_time
-from monitor.simulate.incidents import Incident
+from monitor.simulate.incidents import NEEDS_DRAFT, Incident
 from monitor.simulate.profiles import DraftModel, RouteProfile, TargetModel, foreign_draft
 
-_METADATA_KINDS = ("revision_change", "tokenizer_swap")
-_NEEDS_DRAFT = ("tokenizer_swap", "eviction")
+_METADATA_KINDS = ("revision_change", "tokenizer_swap", "draft_change")
 
 
 @dataclass
@@ -27,13 +26,18 @@ class Conditions:
     draft_cost_mult: np.ndarray
     batch_mult: np.ndarray
     variant: np.ndarray  # index into RouteEffects.variants
+    k: np.ndarray  # num_speculative_tokens of each request
 
 
 class RouteEffects:
     """The incidents of one route, and the target/draft metadata each combination implies.
 
-    Metadata incidents (revision change, tokenizer swap) are numbered; a request's variant is
-    the bit set of those active at its time, so metadata dicts are built once per variant.
+    Metadata incidents (revision change, tokenizer swap, draft change) are numbered; a
+    request's variant is the bit set of those active at its time, so metadata dicts are built
+    once per variant.
+
+    ``rate`` is the engine rate at the route's own draft length: it fixes the per-token chain
+    acceptance, which ``draft_length`` keeps while it changes the length (see ``model``).
     """
 
     def __init__(self, route: RouteProfile, incidents: tuple[Incident, ...], start: float) -> None:
@@ -41,7 +45,7 @@ class RouteEffects:
         self.start = start
         self.incidents = tuple(
             i for i in incidents
-            if i.applies_to(route.name) and (route.draft is not None or i.kind not in _NEEDS_DRAFT)
+            if i.applies_to(route.name) and (route.draft is not None or i.kind not in NEEDS_DRAFT)
         )
         self._metadata = [i for i in self.incidents if i.kind in _METADATA_KINDS]
         self._variants: dict[int, tuple[TargetModel, DraftModel | None]] = {}
@@ -55,10 +59,24 @@ class RouteEffects:
                     continue
                 if inc.kind == "revision_change":
                     target = replace(target, revision=self._new_revision(inc, target.revision))
+                elif inc.kind == "draft_change" and draft is not None:
+                    draft = replace(draft, revision=self._new_revision(inc, draft.revision))
+                    if draft.pinned_target_revision is not None:
+                        # the new draft is built for the target serving when it is deployed,
+                        # so it matches: no revision mismatch of its own
+                        draft = replace(draft, pinned_target_revision=self._target_at(inc.at_s))
                 elif draft is not None:
                     draft = foreign_draft(self.route)
             self._variants[code] = (target, draft)
         return self._variants[code]
+
+    def _target_at(self, offset: float) -> str:
+        """The target revision serving at ``offset`` (after the revision changes active then)."""
+        revision = self.route.target.revision
+        for inc in self._metadata:
+            if inc.kind == "revision_change" and inc.at_s <= offset < inc.end_s:
+                revision = self._new_revision(inc, revision)
+        return revision
 
     def _new_revision(self, inc: Incident, old: str) -> str:
         if inc.revision is not None:
@@ -80,6 +98,7 @@ class RouteEffects:
             draft_cost_mult=np.ones(n),
             batch_mult=np.ones(n),
             variant=np.zeros(n, dtype=np.int64),
+            k=np.full(n, self.route.num_speculative_tokens, dtype=np.int64),
         )
         for inc in self.incidents:
             active = (offsets >= inc.at_s) & (offsets < inc.end_s)
@@ -88,8 +107,10 @@ class RouteEffects:
             kind = inc.kind
             if kind in _METADATA_KINDS:
                 c.variant[active] |= 1 << self._metadata.index(inc)
-            if kind in ("revision_change", "acceptance_shift"):
+            if kind in ("revision_change", "draft_change", "acceptance_shift"):
                 c.rate[active] *= inc.param("factor")
+            elif kind == "draft_length":
+                c.k[active] = inc.param("k")
             elif kind == "tokenizer_swap":
                 c.rate[active] = inc.param("acceptance")
                 # re-tokenising between vocabularies makes every draft step dearer

@@ -1,7 +1,8 @@
 """Scriptable incidents: what goes wrong on a route, from when, for how long.
 
 Spec strings look like ``kind:route=NAME,at=OFFSET[,for=DURATION][,key=value...]``, e.g.
-``"revision_change:route=creative-writing,at=2h,factor=0.85"`` or
+``"revision_change:route=creative-writing,at=2h,factor=0.85"``,
+``"draft_length:route=creative-writing,at=2h,k=5"`` or
 ``"silence:route=chat,at=30m,for=10m"``. ``at`` is an offset from the simulation start;
 without ``for`` the incident lasts until the end. ``route=*`` hits every route. Route names
 cannot contain ``,`` or ``=`` in this syntax (the Python API takes any name).
@@ -18,8 +19,18 @@ from monitor.simulate.exceptions import SimulationError
 # kind -> (what it does, its parameters with defaults)
 KINDS: dict[str, tuple[str, dict[str, Any]]] = {
     "revision_change": (
-        "target revision changes, the draft does not: acceptance x factor (draft drift)",
+        "target revision changes, the draft does not: acceptance x factor (draft drift; "
+        "1: a fine-tune that keeps acceptance)",
         {"factor": 0.85, "revision": None},
+    ),
+    "draft_change": (
+        "draft revision changes, the target does not: acceptance x factor (above 1: better)",
+        {"factor": 0.85, "revision": None},
+    ),
+    "draft_length": (
+        "num_speculative_tokens becomes k, no drift: shared positions keep their acceptance, "
+        "the raw rate moves",
+        {"k": 5},
     ),
     "tokenizer_swap": (
         "draft swapped for another family (tokenizer differs): acceptance collapses",
@@ -46,14 +57,23 @@ KINDS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 _FLOAT_PARAMS = {"factor", "acceptance", "slowdown", "share", "rate"}
+_INT_PARAMS = {"k"}
+# Kinds whose ``factor`` multiplies the acceptance rate: beyond this it is no longer a
+# plausible change of one model (and the rate would leave (0, 1) on most routes).
+ACCEPTANCE_FACTOR_KINDS = ("revision_change", "draft_change", "acceptance_shift")
+MAX_ACCEPTANCE_FACTOR = 2.0
+MAX_DRAFT_LENGTH = 32
+# Kinds that act on the draft model: a draft-free route (n-gram) cannot have them.
+NEEDS_DRAFT = ("tokenizer_swap", "eviction", "draft_change")
 
 
 @dataclass(frozen=True)
 class Incident:
     """One incident on one route (or ``"*"``: every route).
 
-    Parameters not given take the kind's default (see ``KINDS``); ``revision`` (for
-    ``revision_change``) defaults to the incident's start date.
+    Parameters not given take the kind's default (see ``KINDS``); ``revision`` (the new
+    target revision of ``revision_change``, the new draft revision of ``draft_change``)
+    defaults to the incident's start date. ``k`` is ``draft_length``'s new draft length.
     """
 
     kind: str
@@ -66,6 +86,7 @@ class Incident:
     share: float | None = None
     rate: float | None = None
     revision: str | None = None
+    k: int | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -75,7 +96,7 @@ class Incident:
         if self.at_s < 0 or (self.duration_s is not None and self.duration_s <= 0):
             raise SimulationError(f"{self.kind}: at must be >= 0 and for > 0")
         allowed = KINDS[self.kind][1]
-        for name in ("factor", "acceptance", "slowdown", "share", "rate", "revision"):
+        for name in ("factor", "acceptance", "slowdown", "share", "rate", "revision", "k"):
             value = getattr(self, name)
             if value is None:
                 continue
@@ -87,6 +108,17 @@ class Incident:
                 raise SimulationError(f"{self.kind}: {name} must be in [0, 1], got {value}")
             if name in ("factor", "slowdown") and not value > 0:
                 raise SimulationError(f"{self.kind}: {name} must be > 0, got {value}")
+            if (name == "factor" and self.kind in ACCEPTANCE_FACTOR_KINDS
+                    and value > MAX_ACCEPTANCE_FACTOR):
+                raise SimulationError(
+                    f"{self.kind}: factor multiplies acceptance and must be at most "
+                    f"{MAX_ACCEPTANCE_FACTOR:g}, got {value}"
+                )
+            if name == "k" and (isinstance(value, bool) or not isinstance(value, int)
+                                or not 1 <= value <= MAX_DRAFT_LENGTH):
+                raise SimulationError(
+                    f"{self.kind}: k must be an integer in [1, {MAX_DRAFT_LENGTH}], got {value!r}"
+                )
 
     def param(self, name: str) -> Any:
         """The parameter's value, or the kind's default."""
@@ -134,6 +166,11 @@ class Incident:
             elif key in _FLOAT_PARAMS:
                 try:
                     values[key] = float(value)
+                except ValueError:
+                    raise SimulationError(f"bad incident {text!r}: {key}={value!r}") from None
+            elif key in _INT_PARAMS:
+                try:
+                    values[key] = int(value)
                 except ValueError:
                     raise SimulationError(f"bad incident {text!r}: {key}={value!r}") from None
             elif key == "revision":

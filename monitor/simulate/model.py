@@ -30,7 +30,8 @@ def batch_factor(batch: np.ndarray) -> np.ndarray:
 
 @dataclass
 class Requests:
-    """Arrays for n requests of one route (``per_position`` is n x k)."""
+    """Arrays for n requests of one route (``per_position`` is n x max(k); a request's
+    positions past its own ``k`` are 0)."""
 
     status: np.ndarray  # index into STATUSES
     prompt_tokens: np.ndarray
@@ -44,6 +45,7 @@ class Requests:
     e2e_ms: np.ndarray
     batch_size: np.ndarray
     instance: np.ndarray
+    k: np.ndarray  # num_speculative_tokens of each request
 
 
 def sample_requests(
@@ -61,9 +63,16 @@ def sample_requests(
     per-position survivors n_i = Binomial(n_{i-1}, alpha) from n_{-1} = S. Decode time is
     S steps of t_target (1 + k c) x batch factor, so lower acceptance means more steps and
     lower throughput. ``load`` is the intensity relative to the route's mean (batch sizes).
+
+    ``cond.rate`` is the engine rate at the route's own draft length; it sets the per-token
+    chain acceptance alpha. A request drafting ``cond.k`` tokens (``draft_length``) keeps
+    that alpha, so the positions both lengths share keep their acceptance while the raw
+    rate moves with the length.
     """
     n = len(load)
-    k = route.num_speculative_tokens
+    k_route = route.num_speculative_tokens
+    k = np.asarray(cond.k, dtype=np.int64)
+    k_max = int(k.max()) if n else k_route
 
     # --- fixed-size draws, in a fixed order ---
     prompt = np.maximum(1, np.rint(route.prompt_median * fixed.lognormal(0, route.prompt_sigma, n)))
@@ -85,22 +94,26 @@ def sample_requests(
     # --- parameter-dependent draws ---
     # Per-request acceptance: Beta around the mean that makes the pooled rate hit the target.
     rates, which = np.unique(np.round(cond.rate, 6), return_inverse=True)
-    means = np.array([calibrated_mean(float(r), k, route.concentration) for r in rates])
+    means = np.array([calibrated_mean(float(r), k_route, route.concentration) for r in rates])
     mean = means[which]
     alpha = chain.beta(mean * route.concentration, (1.0 - mean) * route.concentration)
     # Steps so that output = steps + accepted follows the length distribution.
-    tau = 1.0 + k * engine_rate(alpha, k)
+    tau = np.empty(n)
+    for length_k in np.unique(k).tolist():
+        at = k == length_k
+        tau[at] = 1.0 + length_k * engine_rate(alpha[at], length_k)
     steps = np.where(drafting, np.maximum(1, np.rint(length / tau)), 0).astype(np.int64)
-    # Draft steps accept a prefix: survivors of position i go on to position i + 1.
-    per_position = np.empty((n, k), dtype=np.int64)
+    # Draft steps accept a prefix: survivors of position i go on to position i + 1 (none
+    # past a request's own draft length).
+    per_position = np.empty((n, k_max), dtype=np.int64)
     alive = steps
-    for i in range(k):
-        alive = chain.binomial(alive, alpha)
+    for i in range(k_max):
+        alive = chain.binomial(np.where(k > i, alive, 0), alpha)
         per_position[:, i] = alive
     # max_tokens cuts the last step short: its tokens past the limit are dropped, deepest
     # positions first, which keeps the per-position counts a prefix.
     excess = np.maximum(0, steps + per_position.sum(axis=1) - route.max_output)
-    for i in range(k - 1, -1, -1):
+    for i in range(k_max - 1, -1, -1):
         cut = np.minimum(excess, per_position[:, i])
         per_position[:, i] -= cut
         excess -= cut
@@ -136,4 +149,5 @@ def sample_requests(
         e2e_ms=e2e,
         batch_size=batch.astype(np.int64),
         instance=instance,
+        k=k,
     )

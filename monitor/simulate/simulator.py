@@ -196,9 +196,7 @@ class _RouteState:
             target_model, draft_model = self.effects.variant(v)
             templates[v] = (target_model.as_dict(), draft_model.as_dict() if draft_model else None)
         has_draft = route.draft is not None
-        k, method, params, temp = (
-            route.num_speculative_tokens, route.method, self.params, route.temperature
-        )
+        method, params, temp = route.method, self.params, route.temperature
         pods = self.pods
         columns = zip(
             format_ts(out_ts[idx]),
@@ -208,6 +206,7 @@ class _RouteState:
             req.accepted[idx].tolist(),
             req.verify_steps[idx].tolist(),
             req.per_position[idx].tolist(),
+            req.k[idx].tolist(),
             req.prompt_tokens[idx].tolist(),
             req.output_tokens[idx].tolist(),
             req.ttft_ms[idx].tolist(),
@@ -219,15 +218,15 @@ class _RouteState:
         )
         events = []
         for row in columns:
-            ts, status, v, drafted, accepted, steps, per_pos = row[:7]
-            prompt, output, ttft, e2e, batch, pod, was_evicted = row[7:]
+            ts, status, v, drafted, accepted, steps, per_pos, k = row[:8]
+            prompt, output, ttft, e2e, batch, pod, was_evicted = row[8:]
             target, draft = templates[v]
             spec: dict[str, Any] = {
                 "num_speculative_tokens": k,
                 "drafted_tokens": drafted,
                 "accepted_tokens": accepted,
                 "verify_steps": steps,
-                "accepted_per_position": per_pos,
+                "accepted_per_position": per_pos if len(per_pos) == k else per_pos[:k],
                 "method": method,
             }
             if params:

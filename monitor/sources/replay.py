@@ -16,6 +16,7 @@ import time
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import IO, Any
 
 from monitor.deadletter import DeadLetterSink
@@ -205,7 +206,7 @@ def _lookahead(pipeline: Pipeline, now: float | None) -> Lookahead:
     rule = PlausibleTime(skew, pipeline.config.allowed_lateness)
     pipeline.future = rule
     return Lookahead(rule, pipeline.parser.parse, pipeline.process, PARTITION,
-                     newest=lambda: pipeline.newest(PARTITION))
+                     newest=partial(pipeline.newest, PARTITION))
 
 
 def _progress_bar(total: int | None) -> Any:

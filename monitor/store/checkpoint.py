@@ -8,6 +8,7 @@ from typing import Any
 from monitor.aggregate.bucket import BucketStats
 from monitor.aggregate.series import SeriesKey
 from monitor.alert_record import AlertRecord
+from monitor.change_record import ChangeRecord
 
 MINUTE = 60
 GRANULARITIES = {"minute": 60, "hour": 3600, "day": 86400}
@@ -43,6 +44,8 @@ class Checkpoint:
     notifications the alert lifecycle decided, one ``(sink, key, payload)`` per sink,
     ``episodes`` the episode rows it changed and ``applied_baselines`` the ``(request id,
     holder)`` of baseline requests applied: all written with the state that decided them.
+    ``changes`` are the setup changes detection created or updated since the last checkpoint
+    (``Detection.drain_changes()``), upserted by (source, change_id) into ``setup_changes``.
     """
 
     source: str
@@ -53,6 +56,7 @@ class Checkpoint:
     outbox: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
     episodes: list[dict[str, Any]] = field(default_factory=list)
     applied_baselines: list[tuple[int, str]] = field(default_factory=list)
+    changes: list[ChangeRecord] = field(default_factory=list)
 
 
 @dataclass(slots=True)

@@ -16,8 +16,10 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from monitor.aggregate.bucket import BucketStats
 from monitor.aggregate.series import SeriesKey
 from monitor.alert_record import AlertRecord
+from monitor.change_record import ChangeRecord
 from monitor.store import query, writer
 from monitor.store.alerting import AlertingStore
+from monitor.store.changes import read_changes
 from monitor.store.checkpoint import GRANULARITIES, Checkpoint, PartitionState
 from monitor.store.db import (
     PG_IO_TIMEOUT_S,
@@ -248,6 +250,19 @@ class Store:
                 AlertRecord(r.rule, r.state, r.at, r.severity, r.labels, r.summary, r.details)
                 for r in conn.execute(stmt.order_by(c.at, c.id))
             ]
+
+    def changes(
+        self,
+        *,
+        route: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        source: str | None = None,
+    ) -> list[ChangeRecord]:
+        """Setup changes by ``at`` (``since`` inclusive, ``until`` exclusive); a change that
+        several sources recorded comes once (``monitor/store/changes.py``)."""
+        with self._available("reading changes"):
+            return read_changes(self, route=route, since=since, until=until, source=source)
 
     def ratios(
         self,

@@ -311,3 +311,34 @@ class FlagOffReport(Base):
 
 
 flag_off_table: Table = FlagOffReport.__table__  # type: ignore[assignment]
+
+
+class SetupChange(Base):
+    """One change of setup on a route (:class:`~monitor.change_record.ChangeRecord`): what
+    changed, from what to what, and the live comparison's latest state.
+
+    Keyed by (source, change_id): ``change_id`` is stable, so a replayed stretch rewrites
+    the same row. No index on ``route``: routes are unbounded Unicode (see ``series``); the
+    table holds a few rows per route and deploy, read by ``at``.
+    """
+
+    __tablename__ = "setup_changes"
+
+    source: Mapped[str] = mapped_column(SafeString(255), primary_key=True)
+    change_id: Mapped[str] = mapped_column(SafeString(128), primary_key=True)
+    route: Mapped[str] = mapped_column(SafeText())
+    temperature: Mapped[str] = mapped_column(SafeString(64))
+    at: Mapped[datetime] = mapped_column(UTCDateTime())
+    kind: Mapped[str] = mapped_column(SafeString(32))
+    previous: Mapped[Any] = mapped_column(JSON)
+    current: Mapped[Any] = mapped_column(JSON)
+    changed: Mapped[Any] = mapped_column(JSON)
+    segment: Mapped[str] = mapped_column(SafeString(128))
+    previous_segment: Mapped[str] = mapped_column(SafeString(128))
+    live: Mapped[Any] = mapped_column(JSON)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (Index(None, "at"),)
+
+
+setup_changes_table: Table = SetupChange.__table__  # type: ignore[assignment]

@@ -14,6 +14,7 @@ from monitor.aggregate.bucket import BucketStats
 from monitor.aggregate.series import SeriesKey
 from monitor.alert_record import AlertRecord
 from monitor.store.alerting import write_alerting
+from monitor.store.changes import write_changes
 from monitor.store.checkpoint import GRANULARITIES, Checkpoint, PartitionCommit
 from monitor.store.exceptions import FencedError
 from monitor.store.series_ids import chunks, dialect_insert, resolve_series
@@ -253,6 +254,7 @@ def write_checkpoint(
         merge_rollups(conn, fold(cp.rollups), ids)
     upsert_state(conn, state)
     write_alerts(conn, cp.source, cp.alerts, now)
+    write_changes(conn, cp.source, cp.changes)
     if cp.outbox or cp.episodes or cp.applied_baselines:
         write_alerting(conn, cp.outbox, cp.episodes, cp.applied_baselines, now)
     return ids

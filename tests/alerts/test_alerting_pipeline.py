@@ -174,3 +174,27 @@ def test_baseline_and_alerts_cli(tmp_path: Path) -> None:
     code, out = _run("alerts", "--db", db)
     assert code == 0 and out.split() == ["route", "rule", "severity", "state", "started",
                                          "resolved", "notified", "summary"]
+
+
+def test_replay_deliver_pages_draft_drift_and_announces_the_revision_as_a_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 15: a target fine-tune the draft did not follow is a PagerDuty trigger (it
+    pages), naming both revisions; the revision itself stays a change event (it does not)."""
+    path = tmp_path / "drift.jsonl"
+    assert main(["simulate", "--scenario", "quiet", "--duration", "4h", "--rate", "4",
+                 "--seed", "15", "--start", "2026-11-02T00:00:00Z",
+                 "--incident", "revision_change:route=chat,at=2h,factor=0.85",
+                 "--out", str(path)]) == 0
+    db = f"sqlite:///{tmp_path / 'p.db'}"
+    with PagerDutyReceiver() as pd:
+        monkeypatch.setenv("SPECWATCH_PAGERDUTY_ROUTING_KEY", PD_KEY)
+        monkeypatch.setenv("SPECWATCH_PAGERDUTY_URL", pd.url)
+        assert main(["replay", str(path), "--db", db, "--migrate", "--no-progress",
+                     "--deliver", "--config", str(_config(tmp_path))]) == 0
+        assert pd.violations == []
+        incidents, changes = list(pd.incidents), list(pd.change_events)
+    [drift] = [i for i in incidents if "draft drift" in i.summary]
+    assert drift.summary.startswith("chat: acceptance ") and drift.severity == "warning"
+    assert not drift.resolved
+    assert any(c["payload"]["summary"].startswith("chat: target revision") for c in changes)

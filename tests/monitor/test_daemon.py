@@ -170,6 +170,7 @@ def test_kill_9_alerts_equal_an_uninterrupted_replay(
                  "--seed", "21", "--incident", "acceptance_shift:route=chat,at=2h,factor=0.8",
                  "--incident", "tokenizer_swap:route=translation,at=3h,for=1h",
                  "--incident", "eviction:route=code-assistant,at=4h,share=0.5,slowdown=3",
+                 "--incident", "revision_change:route=creative-writing,at=3h,factor=0.8",
                  "--out", str(path)]) == 0
     events = list(read_jsonl(path))
     live_db, replay_db = (f"sqlite:///{tmp_path / n}" for n in ("live.db", "replay.db"))
@@ -183,16 +184,29 @@ def test_kill_9_alerts_equal_an_uninterrupted_replay(
     with Store(live_db) as store:
         kill_and_restart(cfg_path, config, store, events, random.Random("alerts"))
         live = [a.to_json() for a in store.alerts()]
+        live_changes = [c.to_dict() for c in store.changes()]
     assert main(["replay", str(path), "--config", str(cfg_path), "--db", replay_db,
                  "--migrate", "--no-progress"]) == 0
     with Store(replay_db) as store:
         replayed = [a.to_json() for a in store.alerts()]
+        replayed_changes = [c.to_dict() for c in store.changes()]
     assert {a["rule"] for a in replayed} >= {"acceptance_drop", "tokenizer_mismatch",
                                              "memory_contention"}
+    # the fine-tune on creative-writing, judged against the revision it replaced
+    assert any(a["rule"] == "acceptance_drop" and a["details"].get("previous")
+               for a in replayed)
     def key(a: dict[str, Any]) -> tuple[str, str, str]:
         return (a["at"], a["fingerprint"], a["state"])
 
     assert sorted(live, key=key) == sorted(replayed, key=key)
+    # the same changes of setup, with the live comparison's state (updated_at: event time)
+    assert any(c["route"] == "creative-writing" and c["kind"] == "draft_drift"
+               for c in replayed_changes)
+
+    def by_id(c: dict[str, Any]) -> str:
+        return str(c["change_id"])
+
+    assert sorted(live_changes, key=by_id) == sorted(replayed_changes, key=by_id)
 
 
 def _read_topic(bootstrap: str, topic: str, expected: int) -> list[dict[str, Any]]:

@@ -1,27 +1,29 @@
-"""The flag-off comparison: switch detection, the judging rules, verdicts and stored reports."""
+"""The flag-off report: the change judge applied to ``speculation_off`` changes, its verdicts
+and the stored reports."""
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from types import SimpleNamespace
 
 import pytest
 
 from monitor.aggregate.bucket import BucketStats
 from monitor.aggregate.series import SeriesKey, series_key
+from monitor.change_record import ChangeRecord, change_kind, diff
+from monitor.changes import JudgeSettings, judge_change
+from monitor.detect.lineage import setup_of
 from monitor.flagoff import (
-    METRICS,
     MetricChange,
     compare_flag_off,
-    find_switches,
-    judge,
     load_reports,
     save_reports,
     verdict,
 )
 from monitor.store import Checkpoint, Store
+from monitor.telemetry.event import Event
 from tests.monitor.store.helpers import event
 
 NOW = datetime(2026, 11, 16, 6, tzinfo=UTC)  # a Monday: when the weekly job fires
@@ -31,11 +33,44 @@ HOUR = timedelta(hours=1)
 PER_HOUR = 10
 MIN_REQUESTS = 1000
 
-Rollups = dict[tuple[SeriesKey, int], BucketStats]
+
+RETURN_AFTER = 3600.0  # detection.change_return_after's default
+
+
+@dataclass
+class Rollups:
+    """Hourly rollups, and the setup changes detection records from the same requests
+    (``monitor/detect/lineage.py``): the first request of a setup on a route whose latest
+    setup was another one, unless the setup served there within ``RETURN_AFTER`` (a canary
+    serving beside the old setup is one change, a setup coming back after that long another).
+    """
+
+    rollups: dict[tuple[SeriesKey, int], BucketStats] = field(default_factory=dict)
+    changes: list[ChangeRecord] = field(default_factory=list)
+    latest: dict[str, dict[str, str]] = field(default_factory=dict)
+    last_seen: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    def add(self, e: Event) -> None:
+        s = setup_of(e)
+        seen = (e.route, json.dumps(s, sort_keys=True))
+        prev = self.latest.get(e.route)
+        recent = e.ts - self.last_seen.get(seen, -1e18) <= RETURN_AFTER
+        if prev is not None and prev != s and not recent:
+            changed = diff(prev, s)
+            self.changes.append(ChangeRecord(
+                change_id=f"{e.route}-{e.ts}", route=e.route, temperature="", at=e.ts,
+                kind=change_kind(changed), previous=prev, current=s, changed=changed,
+                segment=f"seg-{e.ts}", previous_segment="prev", updated_at=e.ts,
+            ))
+        if prev is None or not recent:
+            self.latest[e.route] = s
+        self.last_seen[seen] = e.ts
+        key = (series_key(e), int(e.ts) // 3600 * 3600)
+        self.rollups.setdefault(key, BucketStats()).update(e)
 
 
 def traffic(
-    rollups: Rollups,
+    r: Rollups,
     route: str,
     since: datetime,
     until: datetime,
@@ -44,46 +79,53 @@ def traffic(
     scale: float = 1.0,
     tail: float = 2000.0,
     per_hour: int = PER_HOUR,
+    also_on: int = 0,
 ) -> Rollups:
     """The same hour of requests repeated over [since, until): ``per_hour - 1`` typical
     requests (e2e 400..., scaled by ``scale``) and one slow one (e2e ``tail``), so p50 and
-    p99 are exact by construction and both halves of a side agree."""
+    p99 are exact by construction. ``also_on``: that many requests with speculation on
+    (unscaled) at the start of each hour as well (a rollout in progress)."""
     t = since
     while t < until:
         ts = int(t.timestamp())
+        for i in range(also_on):
+            slow = i == also_on - 1
+            r.add(event(
+                f"{route}-{ts}-on-{i}", ts + i, route, spec=True,
+                e2e_ms=2000.0 if slow else 400.0 + 4 * i, ttft_ms=300.0 if slow else 100.0 + i,
+            ))
         for i in range(per_hour):
             slow = i == per_hour - 1
-            e = event(
-                f"{route}-{ts}-{i}", ts + i, route, spec=spec,
+            r.add(event(
+                f"{route}-{ts}-{i}", ts + also_on + i, route, spec=spec,
                 e2e_ms=tail if slow else (400.0 + 4 * i) * scale,
                 ttft_ms=300.0 if slow else 100.0 + i,
-            )
-            rollups.setdefault((series_key(e), ts), BucketStats()).update(e)
+            ))
         t += HOUR
-    return rollups
+    return r
 
 
-def switched(rollups: Rollups, route: str, **off: float) -> Rollups:
+def switched(r: Rollups, route: str, **off: float) -> Rollups:
     """Speculation on for the week before ``SWITCH``, off (shaped by ``off``) after it."""
-    traffic(rollups, route, SWITCH - WEEK, SWITCH, spec=True)
-    return traffic(rollups, route, SWITCH, NOW, spec=False, **off)
+    traffic(r, route, SWITCH - WEEK, SWITCH, spec=True)
+    return traffic(r, route, SWITCH, NOW, spec=False, **off)
 
 
-def commit(store: Store, rollups: Rollups) -> None:
-    store.commit(Checkpoint(source="test", rollups=rollups))
+def commit(store: Store, r: Rollups) -> None:
+    store.commit(Checkpoint(source="test", rollups=r.rollups, changes=list(r.changes)))
 
 
 # --- on both databases ----------------------------------------------------------------------
 
 
 def test_verdicts_on_synthetic_rollups(store: Store) -> None:
-    r: Rollups = {}
-    switched(r, "fine", scale=0.97)  # typical requests 3% faster: under the threshold
+    r = Rollups()
+    switched(r, "fine", scale=0.97)  # typical requests 3% faster: under the minimum effect
     switched(r, "worse", tail=2760.0)  # the slow request 38% slower
     switched(r, "better", scale=0.85)
     switched(r, "mixed", scale=0.85, tail=2760.0)
     traffic(r, "few", SWITCH - WEEK, SWITCH, spec=True)
-    traffic(r, "few", SWITCH, SWITCH + HOUR, spec=False)  # 20 requests off, then silence
+    traffic(r, "few", SWITCH, SWITCH + HOUR, spec=False)  # 10 requests off, then silence
     traffic(r, "always-on", SWITCH - WEEK, NOW, spec=True)
     traffic(r, "always-off", SWITCH - WEEK, NOW, spec=False)
     traffic(r, "long-ago", SWITCH - WEEK, SWITCH - 3 * 24 * HOUR, spec=True)  # before the window
@@ -113,8 +155,10 @@ def test_verdicts_on_synthetic_rollups(store: Store) -> None:
                         worse.summary), worse.summary
     assert {c.metric: c.outcome for c in worse.changes} == {
         "e2e_p99": "worse", "e2e_p50": "same", "ttft_p99": "same", "ttft_p50": "same",
-        "decode_tps_p50": "same",
+        "decode_tps_p50": "same", "error_rate": "same",
     }
+    # The judge's own verdict of the same change: p99 e2e is critical.
+    assert (worse.change_verdict, worse.change_id) == ("worse", f"worse-{SWITCH.timestamp()}")
 
     better = by_route["better"]
     assert better.verdict == "keep_off"
@@ -137,6 +181,7 @@ def test_verdicts_on_synthetic_rollups(store: Store) -> None:
         f"insufficient data: {7 * 24 * PER_HOUR} requests with speculation on, {PER_HOUR} off "
         f"(need {MIN_REQUESTS} per side)"
     )
+    assert {c.outcome for c in few.changes} == {"unknown"}
 
     doc = json.loads(json.dumps(worse.to_json()))
     assert doc["switched_at"] == "2026-11-09T06:00:00Z"
@@ -145,16 +190,56 @@ def test_verdicts_on_synthetic_rollups(store: Store) -> None:
     )
     assert doc["metrics"]["e2e_p99"]["outcome"] == "worse"
     assert doc["metrics"]["e2e_p99"]["threshold"] == 0.05
+    assert doc["metrics"]["e2e_p99"]["interval"][0] > 0.05
     assert doc["verdict"] == "turn_back_on" and doc["summary"] == worse.summary
+    assert doc["change"]["kind"] == "speculation_off" and doc["change"]["verdict"] == "worse"
+
+
+def test_same_verdicts_as_the_change_report(store: Store) -> None:
+    """One method: the change report, over the same sides, judges each metric the same
+    (when the change persists through both halves of the off side)."""
+    r = Rollups()
+    switched(r, "mixed", scale=0.85, tail=2760.0)
+    commit(store, r)
+    (res,) = compare_flag_off(store, NOW, WEEK, min_requests=MIN_REQUESTS)
+    (record,) = store.changes(route="mixed")
+    j = judge_change(store, record, [record], JudgeSettings(window=WEEK.total_seconds(),
+                                                             min_requests=MIN_REQUESTS))
+    assert {c.metric: c.outcome for c in res.changes} == {
+        c.metric: j.metric(c.metric).verdict for c in res.changes
+    }
+
+
+def test_bad_days_that_pass_do_not_make_the_verdict(store: Store) -> None:
+    r = Rollups()
+    traffic(r, "incident", SWITCH - WEEK, SWITCH, spec=True)
+    # An unrelated incident on the first two days off: the slow request 38% slower then only.
+    # (One such day would not move the week's p99 beyond the interval of its ranks.)
+    traffic(r, "incident", SWITCH, SWITCH + 48 * HOUR, spec=False, tail=2760.0)
+    traffic(r, "incident", SWITCH + 48 * HOUR, NOW, spec=False)
+    commit(store, r)
+    (res,) = compare_flag_off(store, NOW, WEEK, min_requests=MIN_REQUESTS)
+    p99 = {c.metric: c for c in res.changes}["e2e_p99"]
+    # Over the whole week the p99 moved by 38%, and the judge alone calls the change worse...
+    assert p99.delta == pytest.approx(0.38, abs=0.02)
+    assert res.change_verdict == "worse"
+    # ...but the second half of the week did not move: the change did not persist.
+    assert p99.outcome == "same"
+    assert p99.halves is not None and p99.halves[0] == pytest.approx(0.38, abs=0.02)
+    assert p99.halves[1] == pytest.approx(0.0, abs=0.01)
+    assert p99.reason is not None and p99.reason.startswith("worse overall but not in both")
+    assert res.verdict == "keep_off"
+    assert res.to_json()["metrics"]["e2e_p99"]["halves"] == list(p99.halves)
 
 
 def test_switched_back_on_compares_only_the_off_stretch(store: Store) -> None:
-    r: Rollups = {}
+    r = Rollups()
     day = 24 * HOUR
     traffic(r, "trial", SWITCH - WEEK, SWITCH + 2 * day, spec=True)
     traffic(r, "trial", SWITCH + 2 * day, SWITCH + 4 * day, spec=False, tail=2760.0)
     traffic(r, "trial", SWITCH + 4 * day, NOW, spec=True)
     commit(store, r)
+    assert [c.kind for c in store.changes(route="trial")] == ["speculation_off", "speculation_on"]
     (res,) = compare_flag_off(store, NOW, WEEK, min_requests=400)
     assert res.switched_at == SWITCH + 2 * day
     assert (res.off.since, res.off.until) == (SWITCH + 2 * day, SWITCH + 4 * day)
@@ -163,8 +248,41 @@ def test_switched_back_on_compares_only_the_off_stretch(store: Store) -> None:
     assert res.verdict == "turn_back_on"
 
 
+def test_routes_and_switches_come_from_the_recorded_changes(store: Store) -> None:
+    r = Rollups()
+    # flapping: the latest switch off in the window counts
+    traffic(r, "flap", SWITCH - WEEK, SWITCH, spec=True)
+    traffic(r, "flap", SWITCH, SWITCH + HOUR, spec=False)
+    traffic(r, "flap", SWITCH + HOUR, SWITCH + 2 * HOUR, spec=True)
+    traffic(r, "flap", SWITCH + 2 * HOUR, NOW, spec=False)
+    # a rollout: for a day a third of the requests still draft beside the off ones
+    traffic(r, "rollout", SWITCH - WEEK, SWITCH, spec=True)
+    traffic(r, "rollout", SWITCH, SWITCH + 24 * HOUR, spec=False, tail=2760.0, also_on=5)
+    traffic(r, "rollout", SWITCH + 24 * HOUR, NOW, spec=False, tail=2760.0)
+    # the switch after the report's end
+    traffic(r, "later", SWITCH - WEEK, NOW, spec=True)
+    traffic(r, "later", NOW, NOW + HOUR, spec=False)
+    commit(store, r)
+    by_route = {x.route: x for x in compare_flag_off(store, NOW, WEEK, min_requests=100)}
+    assert list(by_route) == ["flap", "rollout"]
+    flap = by_route["flap"]
+    assert flap.switched_at == SWITCH + 2 * HOUR
+    assert flap.off.requests == (7 * 24 - 2) * PER_HOUR
+    # The on side stops at the on setup's own arrival (it came back at SWITCH + 1h).
+    assert flap.on.since == SWITCH + HOUR and flap.on.requests == PER_HOUR
+    assert flap.verdict == "insufficient_data"
+    # The switch is the first request that ran off, not the first mostly-off hour, and each
+    # side counts only its own requests: the stragglers that still drafted count for neither.
+    rollout = by_route["rollout"]
+    assert rollout.switched_at == SWITCH + timedelta(seconds=5)
+    assert (rollout.on.until, rollout.off.since) == (SWITCH, SWITCH)
+    assert rollout.off.requests == 7 * 24 * PER_HOUR
+    assert rollout.on.requests == 7 * 24 * PER_HOUR
+    assert rollout.verdict == "turn_back_on"
+
+
 def test_reports_are_upserted_once_per_route_and_window(store: Store) -> None:
-    r: Rollups = {}
+    r = Rollups()
     switched(r, "worse", tail=2760.0)
     switched(r, "fine")
     commit(store, r)
@@ -194,7 +312,7 @@ def test_reports_are_upserted_once_per_route_and_window(store: Store) -> None:
 
 def test_odd_route_names_round_trip(store: Store) -> None:
     odd = "r\x00ute/\u202e\U0001f600"
-    r: Rollups = {}
+    r = Rollups()
     switched(r, odd, per_hour=2)
     commit(store, r)
     res = compare_flag_off(store, NOW, WEEK, min_requests=1)
@@ -204,55 +322,6 @@ def test_odd_route_names_round_trip(store: Store) -> None:
 
 
 # --- pure parts ---------------------------------------------------------------------------
-
-
-def _row(route: str, hour: int, on: int, off: int) -> SimpleNamespace:
-    return SimpleNamespace(
-        route=route, bucket_start=SWITCH + hour * HOUR, requests=on + off, spec_requests=on
-    )
-
-
-def test_find_switches() -> None:
-    start, end = SWITCH, SWITCH + 10 * HOUR
-    rows = [
-        # on, then a rollout hour mostly on, then off: the switch is the first mostly-off hour
-        *(_row("clean", h, 10, 0) for h in range(-3, 2)),
-        _row("clean", 2, 6, 4),
-        *(_row("clean", h, 1, 9) for h in range(3, 10)),
-        # off, back on at hour 6: the off stretch ends there
-        _row("trial", 0, 10, 0), _row("trial", 1, 0, 10), _row("trial", 5, 0, 10),
-        _row("trial", 6, 10, 0),
-        # flapping: the last switch in the window counts
-        _row("flap", 0, 10, 0), _row("flap", 1, 0, 10), _row("flap", 2, 10, 0),
-        _row("flap", 3, 0, 10),
-        # a switch before the window, an always-off route, a quiet gap before the switch
-        _row("early", -5, 10, 0), _row("early", -4, 0, 10), _row("early", 3, 0, 10),
-        _row("off", 0, 0, 5), _row("off", 9, 0, 5),
-        _row("gap", -2, 3, 0), _row("gap", 7, 0, 3),
-    ]
-    got = find_switches(rows, start, end)  # type: ignore[arg-type]
-    at = {route: ((sw - SWITCH) // HOUR, (until - SWITCH) // HOUR)
-          for route, (sw, until) in got.items()}
-    assert at == {"clean": (3, 10), "trial": (1, 6), "flap": (3, 10), "gap": (7, 10)}
-
-
-def test_judge_rules() -> None:
-    e2e_p99, tps = METRICS[0], METRICS[-1]
-    assert judge(e2e_p99, 1000.0, 1060.0, (1000.0, 1000.0), (1060.0, 1060.0)).outcome == "worse"
-    assert judge(e2e_p99, 1000.0, 1049.0, (1000.0, 1000.0), (1049.0, 1049.0)).outcome == "same"
-    assert judge(e2e_p99, 1000.0, 900.0, (1000.0, 1000.0), (900.0, 900.0)).outcome == "better"
-    # The on side moved 20% on its own: a 15% change is within that noise.
-    noisy = judge(e2e_p99, 1000.0, 1150.0, (900.0, 1080.0), (1150.0, 1150.0))
-    assert (noisy.outcome, noisy.threshold) == ("same", pytest.approx(0.2))
-    # One bad half: the other half moved less than half the threshold.
-    assert judge(e2e_p99, 1000.0, 1100.0, (1000.0, 1000.0), (1180.0, 1020.0)).outcome == "same"
-    assert judge(e2e_p99, 1000.0, 1100.0, (1000.0, 1000.0), (1180.0, 1030.0)).outcome == "worse"
-    # Too short to have halves: never calls a change.
-    assert judge(e2e_p99, 1000.0, 2000.0, (None, 1000.0), (None, 2000.0)).outcome == "same"
-    assert judge(e2e_p99, None, 2000.0, (None, None), (2000.0, 2000.0)).outcome == "unknown"
-    # Throughput: lower is worse.
-    assert judge(tps, 50.0, 40.0, (50.0, 50.0), (40.0, 40.0)).outcome == "worse"
-    assert judge(tps, 50.0, 60.0, (50.0, 50.0), (60.0, 60.0)).outcome == "better"
 
 
 def _change(metric: str, delta: float, outcome: str) -> MetricChange:
@@ -281,6 +350,12 @@ def test_verdict_lines() -> None:
         "p50 e2e improved 12% with speculation off and nothing worsened: the draft was "
         "costing more than it saved; keep it off",
     )
+    errors = MetricChange("error_rate", 0.001, 0.031, 0.03, 0.01, "worse")
+    assert verdict([errors], 5000, 5000, 1000) == (
+        "turn_back_on", "error rate rose 3.0 points with speculation off: turn it back on"
+    )
+    # Metrics the judge could not decide (``unknown``) neither worsen nor improve.
+    assert verdict([_change("ttft_p99", 0.5, "unknown")], 5000, 5000, 1000)[0] == "keep_off"
     assert verdict([worse], 999, 5000, 1000)[0] == "insufficient_data"
 
 

@@ -249,7 +249,7 @@ def test_lease_makes_a_second_daemon_skip(stores: tuple[Store, Store]) -> None:
 
 
 def test_flag_off_job_writes_each_report_once(stores: tuple[Store, Store]) -> None:
-    r: Rollups = {}
+    r = Rollups()
     switched(r, "code", tail=2760.0)
     commit(stores[0], r)
     clock = Clock(NOW + timedelta(seconds=1))  # Monday 06:00:01, the scheduled run
@@ -278,7 +278,7 @@ def test_flag_off_job_writes_each_report_once(stores: tuple[Store, Store]) -> No
 def test_flag_off_logs_one_line_per_route(
     store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
-    r: Rollups = {}
+    r = Rollups()
     switched(r, "code", tail=2760.0)
     switched(r, "chat")
     commit(store, r)

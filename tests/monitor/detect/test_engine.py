@@ -84,8 +84,20 @@ def test_outage_is_not_a_throughput_drop() -> None:
     assert not fired(alerts, "throughput_drop", "chat")
 
 
-def test_revision_change_is_a_new_segment_not_a_drop() -> None:
+def test_revision_change_is_judged_against_the_revision_it_replaced() -> None:
+    # Issue 15 reversed what this test asked before: a new revision is a new segment, and
+    # its fall against the revision it replaced (draft drift) pages.
     alerts = run("revision_change:route=creative-writing,at=3h,factor=0.85")
+    assert fired(alerts, "revision_mismatch", "creative-writing")
+    [drop] = fired(alerts, "acceptance_drop", "creative-writing")
+    prev = drop.details["previous"]
+    assert prev["kind"] == "draft_drift"
+    assert prev["setup"]["target_revision"] != drop.labels["target_revision"]
+    assert "(draft drift)" in drop.summary and drop.at.hour == 3
+
+
+def test_revision_change_that_keeps_acceptance_pages_no_one() -> None:
+    alerts = run("revision_change:route=creative-writing,at=3h,factor=1.0")
     assert fired(alerts, "revision_mismatch", "creative-writing")
     assert not fired(alerts, "acceptance_drop", "creative-writing")
 

@@ -15,6 +15,8 @@ INCIDENTS = [
     "tokenizer_swap:route=translation,at=3h,for=1h",
     "silence:route=summarize,at=4h,for=30m",
     "eviction:route=code-assistant,at=5h,share=0.5,slowdown=3,for=1h",
+    # a target fine-tune the draft did not follow: judged against the revision it replaced
+    "revision_change:route=creative-writing,at=3h,factor=0.8",
 ]
 
 
@@ -50,9 +52,19 @@ def test_split_replay_raises_the_same_alerts(traffic: Path, tmp_path: Path) -> N
     assert {"acceptance_drop", "tokenizer_mismatch", "telemetry_stale",
             "memory_contention"} <= rules
     assert split == whole
+    [drift] = [a for a in whole if a["rule"] == "acceptance_drop"
+               and a["labels"]["route"] == "creative-writing"]
+    assert drift["details"]["previous"]["kind"] == "draft_drift"
     with Store(one) as s1, Store(two) as s2:
         assert [a.to_json() for a in s1.alerts()] == [a.to_json() for a in s2.alerts()]
         assert len(s1.alerts()) == len(whole)
+        # the changes of setup too, with the live comparison's state and its event time
+        changes = [c.to_dict() for c in s1.changes()]
+        assert changes == [c.to_dict() for c in s2.changes()]
+        # the fine-tune, and the tokenizer swap on translation there and back
+        assert sorted((c["route"], c["kind"]) for c in changes) == [
+            ("creative-writing", "draft_drift"), ("translation", "new_draft"),
+            ("translation", "new_draft")]
 
 
 def test_replay_writes_recommendations(traffic: Path, tmp_path: Path,

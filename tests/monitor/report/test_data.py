@@ -125,8 +125,19 @@ def _check_chat(filled: Store, oracle: dict[str, Any]) -> None:
         assert seg.breakeven["rate"] > seg.cutoff == 0.4
         assert seg.knee is not None and 1 <= seg.knee <= 4
         assert seg.last_event is not None and T_END - seg.last_event < timedelta(minutes=1)
-    # the acceptance drift of a revision change is a new segment, never a "drop"
-    assert view.change_points == []
+    # Issue 15: the new revision is compared with the one it replaced, so its fall (x 0.7: the
+    # draft drifting from the fine-tuned target) is an acceptance_drop naming both revisions;
+    # it used to start a fresh baseline and raise nothing.
+    [drop] = view.change_points
+    assert drop.rule == "acceptance_drop" and drop.labels["target_revision"] == NEW_REV
+    assert OLD_REV in drop.summary and NEW_REV in drop.summary
+    assert change.at <= drop.decided_at < change.at + timedelta(minutes=15)
+    # ... and the report's Changes section judges the change from the rollups: worse.
+    [judged] = report.changes
+    assert (judged.record.kind, judged.verdict) == ("draft_drift", "worse")
+    assert judged.record.changed == {"target_revision": [OLD_REV, NEW_REV]}
+    acc = judged.metric("acceptance")
+    assert acc.verdict == "worse" and acc.change == pytest.approx(-0.3, abs=0.05)
 
 
 def _check_change_points_and_granularity(filled: Store) -> None:

@@ -20,6 +20,19 @@ def test_parse_examples_from_the_brief() -> None:
     )
 
 
+def test_change_kinds_parse_and_round_trip() -> None:
+    inc = Incident.parse("draft_change:route=code-assistant,at=26h,factor=1.15,revision=d2")
+    assert (inc.kind, inc.factor, inc.revision) == ("draft_change", 1.15, "d2")
+    assert Incident.parse(str(inc)) == inc
+    inc = Incident.parse("draft_length:route=creative-writing,at=2h,k=5")
+    assert inc.k == 5 and isinstance(inc.k, int) and str(inc).endswith(",k=5")
+    assert Incident.parse("draft_length:route=chat").param("k") == KINDS["draft_length"][1]["k"]
+    assert Incident.parse("draft_change:route=chat").param("factor") == 0.85
+    # a fine-tune that leaves acceptance alone, and one that improves it
+    assert Incident.parse("revision_change:route=chat,at=1h,factor=1").param("factor") == 1.0
+    assert Incident.parse("revision_change:route=chat,at=1h,factor=1.1").factor == 1.1
+
+
 def test_defaults_come_from_the_kind() -> None:
     inc = Incident.parse("eviction:route=code-assistant,at=1h")
     assert inc.share is None and inc.param("share") == KINDS["eviction"][1]["share"]
@@ -29,9 +42,8 @@ def test_defaults_come_from_the_kind() -> None:
 
 def test_every_kind_parses_with_its_parameters() -> None:
     for kind, (_, params) in KINDS.items():
-        extra = "".join(
-            f",{k}={'r9' if k == 'revision' else 0.5}" for k in params
-        )
+        sample = {"revision": "r9", "k": 7}
+        extra = "".join(f",{k}={sample.get(k, 0.5)}" for k in params)
         inc = Incident.parse(f"{kind}:route=chat,at=90s,for=1d{extra}")
         assert inc.kind == kind and inc.duration_s == 86400
         assert Incident.parse(str(inc)) == inc
@@ -49,6 +61,12 @@ def test_every_kind_parses_with_its_parameters() -> None:
         "eviction:route=chat,share=1.5",  # out of range
         "revision_change:route=chat,factor=-1",
         "revision_change:route=chat,factor=abc",
+        "draft_change:route=chat,factor=2.5",  # beyond any plausible better draft
+        "draft_change:route=chat,k=5",  # draft_length's parameter
+        "draft_length:route=chat,k=0",
+        "draft_length:route=chat,k=2.5",
+        "draft_length:route=chat,k=64",
+        "draft_length:route=chat,factor=0.9",  # no drift by definition
         "silence:route=chat,colour=red",  # unknown key
         "silence:route=chat,at=1m,at=2m",  # repeated key
         "silence:route=chat,at",  # not key=value

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from monitor.simulate import SCENARIOS, SimulationError, Simulator, scenario_config
+from monitor.simulate import KINDS, SCENARIOS, SimulationError, Simulator, scenario_config
 from tests.monitor.simulate.shape import check_event
 
 
@@ -23,7 +23,9 @@ def test_incident_scenarios_have_incidents_at_their_default_length() -> None:
     assert config.duration_s == 6 * 3600 and len(config.incidents) >= 3
     kinds = {i.kind for i in scenario_config("every-incident").incidents}
     assert kinds == {"revision_change", "tokenizer_swap", "eviction", "silence",
-                     "speculation_off", "acceptance_shift", "error_spike", "batch_surge"}
+                     "speculation_off", "acceptance_shift", "error_spike", "batch_surge",
+                     "draft_change", "draft_length"}
+    assert kinds == set(KINDS)
     assert scenario_config("quiet").incidents == ()
 
 

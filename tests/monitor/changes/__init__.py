@@ -1,0 +1,1 @@
+"""Tests of the change report (``monitor/changes``); hand-built traffic in ``traffic.py``."""
