@@ -30,7 +30,7 @@ def register(sub: Any, with_config: Callable[[argparse.ArgumentParser], None],
     """Add ``changes`` to the ``specwatch`` parser."""
     p = sub.add_parser(
         "changes", help="setup changes per route (target or draft revision, draft length, "
-        "speculation on/off, engine) judged before and after",
+        "speculation on/off) judged before and after",
         description="Each change on a route compared with the setup it replaced, over "
         "detection.change_window on each side (default 6h): acceptance, mean accepted "
         "length, decode throughput, TTFT and e2e latency, error rate; per metric better, "

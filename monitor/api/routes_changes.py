@@ -21,7 +21,7 @@ def router(store: Store, settings: JudgeSettings) -> APIRouter:
         "/changes", response_model=list[ChangeOut], responses=ERRORS,
         summary="Setup changes, before and after",
         description="Each change of setup on a route (target or draft revision, tokenizer, "
-        "draft length, method, speculation on/off, engine) with the setup it replaced, and per "
+        "draft length, method, speculation on/off) with the setup it replaced, and per "
         "metric (acceptance, mean accepted length, p50 decode throughput, p50/p99 TTFT and "
         "e2e latency, error rate) a verdict `better`, `worse`, `same` or `insufficient_data` "
         "with its 95% interval and counts, plus one verdict per change. Ordered by `at`; "
