@@ -12,7 +12,6 @@ from typing import IO, Any, Protocol
 import orjson
 
 from monitor.exceptions import SpecwatchError
-from monitor.sources.kafka_errors import config_error
 from monitor.telemetry.event import Rejection
 
 FLUSH_TIMEOUT_S = 30.0
@@ -161,6 +160,10 @@ class KafkaDeadLetter:
     def _refused(self, cause: BaseException) -> None:
         """Stop on what waiting cannot fix (no authorization for the topic, say): the
         checkpoints would otherwise wait for the dead-letter topic forever."""
+        # Here, not at the top: a replay writes its dead letters to a file and should not
+        # import kafka-python (150 modules, a sixth of its start-up) to do it.
+        from monitor.sources.kafka_errors import config_error
+
         error = config_error(cause, f"dead-letter topic {self.topic}")
         if error is not None:
             raise error from cause

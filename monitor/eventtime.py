@@ -60,6 +60,9 @@ class FutureRule(Protocol):
     """Decides which events are too far ahead to count."""
 
     skew: float
+    #: ``True`` when :meth:`limit` is ``newest + skew``: the hot path then adds instead of
+    #: calling (it runs once per message).
+    relative: bool
 
     def limit(self, newest: float) -> float:
         """The latest event time that counts without question, for one message; ``newest``
@@ -74,6 +77,8 @@ class FutureRule(Protocol):
 
 class WallClock:
     """The daemon's rule: nothing counts more than ``skew`` ahead of the wall clock."""
+
+    relative = False
 
     def __init__(self, skew: float, wall: Callable[[], float] = time.time) -> None:
         self.skew = skew
@@ -92,6 +97,8 @@ class WallClock:
 class FixedNow:
     """``replay --now``: the file is judged as if the wall clock read ``now``."""
 
+    relative = False
+
     def __init__(self, now: float, skew: float) -> None:
         self.now, self.skew = now, skew
 
@@ -107,6 +114,8 @@ class PlausibleTime:
     """A replay's rule (see the module docstring): :attr:`ahead` holds the newest event time
     of each message with valid events read after the one being counted, oldest first
     (:class:`Lookahead` keeps it)."""
+
+    relative = True
 
     def __init__(self, skew: float, lateness: float) -> None:
         self.skew = skew
@@ -162,7 +171,9 @@ class Lookahead:
                  newest: Callable[[], float] = lambda: float("-inf")) -> None:
         self.rule, self._parse, self._process, self._partition = rule, parse, process, partition
         self._newest = newest
-        self._held: deque[tuple[int, bytes, Parsed, float | None]] = deque()
+        #: messages read but not counted yet, oldest first (empty: the reader may count the
+        #: next one straight away when it is within the limit)
+        self.held: deque[tuple[int, bytes, Parsed, float | None]] = deque()
         self._bytes = 0
 
     def feed(self, offset: int, raw: bytes) -> None:
@@ -171,13 +182,19 @@ class Lookahead:
             self._process(self._partition, offset, raw)
             return
         parsed = self._parse(raw)
-        events = parsed[0]
-        # One event per message is the common case: no call for it (this runs per line).
-        newest = events[0].ts if len(events) == 1 else newest_time(events)
-        held = self._held
-        if not held and (newest is None or newest <= self._newest() + rule.skew):
+        newest = newest_time(parsed[0])
+        if not self.held and (newest is None or newest <= self._newest() + rule.skew):
             self._process(self._partition, offset, raw, parsed=parsed)  # nothing to judge
             return
+        self.hold(offset, raw, parsed, newest)
+
+    def hold(self, offset: int, raw: bytes, parsed: Parsed, newest: float | None) -> None:
+        """:meth:`feed`'s slow path, for a reader that does the fast one itself: ``raw``,
+        parsed, with its newest event time, when something is held or it is beyond the
+        limit."""
+        rule = self.rule
+        assert rule is not None
+        held = self.held
         held.append((offset, raw, parsed, newest))
         self._bytes += len(raw)
         if newest is not None:
@@ -191,11 +208,11 @@ class Lookahead:
                 self.drain()  # nothing held is beyond the limit any more
 
     def drain(self) -> None:
-        while self._held:
+        while self.held:
             self._next()
 
     def _next(self) -> None:
-        offset, raw, parsed, newest = self._held.popleft()
+        offset, raw, parsed, newest = self.held.popleft()
         self._bytes -= len(raw)
         if newest is not None:
             self.rule.ahead.popleft()  # type: ignore[union-attr]  # now: what comes after it

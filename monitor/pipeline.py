@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 from typing import Any, Protocol
 
 import orjson
@@ -33,6 +34,7 @@ from monitor.telemetry.parse import Parser
 from monitor.telemetry.serialize import event_to_dict
 
 log = logging.getLogger(__name__)
+_request_id = attrgetter("request_id")
 
 NEG_INF = float("-inf")
 
@@ -284,6 +286,11 @@ class Pipeline:
         """The newest event time counted in ``partition`` (``-inf``: none yet)."""
         return self._partitions[partition].max_ts
 
+    def tracker(self, partition: int) -> PartitionTracker:
+        """The progress of ``partition`` as counted so far, live (its ``max_ts`` is
+        :meth:`newest`), for a reader's per-message fast path; :meth:`assign` replaces it."""
+        return self._partitions[partition]
+
     # -- the hot path ----------------------------------------------------------------------
 
     def process(self, partition: int, offset: int, raw: bytes, key: bytes | None = None,
@@ -322,8 +329,8 @@ class Pipeline:
         late: list[Rejection] | None = None
         future: list[Rejection] | None = None
         rule = self.future
-        limit = rule.limit(max_ts)
-        known = seen.among([e.request_id for e in events])
+        limit = max_ts + rule.skew if rule.relative else rule.limit(max_ts)
+        known = seen.among(list(map(_request_id, events)))  # C-level: no frame per message
         fresh: set[str] = set()  # ids first seen in this message: added to ``seen`` below
         first_new = len(new_ids)
         for e in events:

@@ -22,6 +22,7 @@ __all__ = ["BASELINE_RULES", "Evaluator"]
 
 BASELINE_RULES = ("acceptance_drop", "acceptance_rise", "throughput_drop")
 """The rules that compare against a baseline: an accepted new baseline resolves them."""
+_NO_HOLDS: frozenset[str] = frozenset()  # a segment without a live comparison
 
 
 class Evaluator:
@@ -34,22 +35,23 @@ class Evaluator:
     # -- route rules -------------------------------------------------------------------------
 
     def route_rules(self, route: Route, e: Event) -> None:
-        ts, labels = e.ts, {"route": route.name}
+        # Runs per event: labels are built only for a flip, which is rare.
+        ts = e.ts
         route.staleness.update(e)
         if route.staleness.changed:
-            self.flip(route.firing, "telemetry_stale", route.staleness.firing, labels, ts,
-                      route.staleness.evidence())
+            self.flip(route.firing, "telemetry_stale", route.staleness.firing,
+                      {"route": route.name}, ts, route.staleness.evidence())
         route.metadata.update(e)
         for flip in route.metadata.flips:
             self.record(flip.rule, flip.state, flip.labels, flip.at, flip.evidence)
         route.inactivity.update(e)
         if route.inactivity.changed:
-            self.flip(route.firing, "speculation_inactive", route.inactivity.firing, labels, ts,
-                      route.inactivity.evidence())
+            self.flip(route.firing, "speculation_inactive", route.inactivity.firing,
+                      {"route": route.name}, ts, route.inactivity.evidence())
         route.contention.update(e)
         if route.contention.changed:
-            self.flip(route.firing, "memory_contention", route.contention.firing, labels, ts,
-                      route.contention.evidence())
+            self.flip(route.firing, "memory_contention", route.contention.firing,
+                      {"route": route.name}, ts, route.contention.evidence())
 
     def staleness(self, route: Route, now: float) -> bool:
         """Sweep the route for silence at ``now``; True when its state changed."""
@@ -64,7 +66,7 @@ class Evaluator:
 
     def segment_rules(self, seg: Segment, e: Event) -> None:
         ts, lab = e.ts, seg.labels
-        held: set[str] | frozenset[str] = frozenset()
+        held: set[str] | frozenset[str] = _NO_HOLDS
         versus = seg.versus
         if versus is not None and versus.active:
             versus.update(e)

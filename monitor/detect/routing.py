@@ -94,8 +94,10 @@ class Router:
             if ts > segment.last_ts:
                 segment.last_ts = ts
             segment_rules(segment, e)
-            if ts > st.max_ts:
-                self.advance(ts)
+            if ts > st.max_ts:  # advance(), inline: nearly every event moves the clock
+                st.max_ts = ts
+                if st.clock == "event" and ts - st.last_tick >= TICK_EVERY:
+                    self.tick(ts)
 
     def advance(self, ts: float) -> None:
         """Move the detection clock to ``ts``; sweep every minute of it in event mode."""

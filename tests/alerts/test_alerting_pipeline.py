@@ -27,8 +27,9 @@ PD_KEY = "0123456789abcdef0123456789ABCDEF"
 @pytest.fixture(scope="module")
 def incidents(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("alerting") / "incidents.jsonl"
+    # A fixed start: the traffic follows a daily cycle, so "now" would change what is drawn.
     assert main(["simulate", "--scenario", "quiet", "--duration", "5h", "--rate", "4",
-                 "--seed", "5", "--incident", "tokenizer_swap:route=translation,at=1h,for=1h",
+                 "--seed", "5", "--start", "2026-11-02T14:00:00Z", "--incident", "tokenizer_swap:route=translation,at=1h,for=1h",
                  "--incident", "acceptance_shift:route=chat,at=2h,factor=0.75",
                  "--out", str(path)]) == 0
     return path
@@ -105,7 +106,9 @@ def test_baseline_accept_resolves_at_once_and_starts_a_new_baseline(
     with Store(db) as store:
         pipeline, detection, _ = _pipeline(store, db, _config(tmp_path))
         replay(str(incidents), pipeline, progress=False)
-        drops = [a for a in store.alerts() if a.rule == "acceptance_drop"]
+        # chat's own drop; the tokenizer swap on translation is a change judged against the
+        # draft it replaced, and may fire there too (issue 15)
+        drops = [a for a in store.alerts(route="chat") if a.rule == "acceptance_drop"]
         assert [a.state for a in drops] == ["firing"]
         rid = store.alerting.request_baseline("chat", "fine-tuned target, expected", "alice",
                                               drops[0].at)
