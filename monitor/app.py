@@ -34,6 +34,8 @@ from monitor.detect.engine import Detection
 from monitor.exceptions import ConfigError, LoopFailedError
 from monitor.exposition import DetectionCollector, DetectionView, RollupCounters, snapshot_view
 from monitor.exposition_changes import ChangeCollector
+from monitor.exposition_outcome import OutcomeCollector
+from monitor.gate import GateSettings
 from monitor.jobs import Jobs
 from monitor.kafka_producer import dead_letter_producer
 from monitor.metrics import IngestMetrics
@@ -127,6 +129,10 @@ class Application:
         # /metrics: pair counters follow committed checkpoints; the segment gauges render the
         # view the pipeline thread publishes after each checkpoint, never live detectors.
         self.rollup_counters = RollupCounters(self.registry)
+        self.outcome_metrics = OutcomeCollector(
+            price_per_gpu_hour=config.cost.price_per_gpu_hour,
+            max_series=config.exposition.max_series)
+        self.registry.register(self.outcome_metrics)
         self.detection_view: DetectionView | None = None
         self.registry.register(DetectionCollector(lambda: self.detection_view,
                                                   config.exposition.max_series))
@@ -140,8 +146,9 @@ class Application:
         self.pipeline = Pipeline(
             self.store, source_id(kafka), config.ingest, self.metrics, dead_letter,
             observer=self.detection, alerting=self.alerting, on_outbox=[self.delivery.wake],
-            on_commit=[self.rollup_counters.observe, self._publish_view], holder=holder,
-            guard=self.guard,
+            on_commit=[self.rollup_counters.observe, self.outcome_metrics.observe,
+                       self._publish_view], holder=holder,
+            guard=self.guard, gpus_per_replica=config.cost.gpus_per_replica,
         )
         self.source = KafkaSource(kafka, self.pipeline, probe=self.store.ping)
         self._stop = threading.Event()
@@ -171,6 +178,8 @@ class Application:
                 self.api = ApiServer(
                     create_app(self.store, registry=self.registry, token=self._api_token,
                                status=self.status, changes=self.judge,
+                               price_per_gpu_hour=self.config.cost.price_per_gpu_hour,
+                               gate=GateSettings.from_config(self.config.gate),
                                routes_view=lambda: self.routes if self.routes is not None
                                else committed()),
                     *self._http,

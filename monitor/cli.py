@@ -1,5 +1,5 @@
-"""The ``specwatch`` command: run, replay, ratios, changes, simulate, db, demo, silence,
-baseline, alerts, adapt, scrape, report, serve."""
+"""The ``specwatch`` command: run, replay, ratios, changes, gate, simulate, db, demo,
+silence, baseline, alerts, adapt, scrape, report, serve."""
 
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     pipeline = Pipeline(
         store, args.source_id, config.ingest, IngestMetrics(registry), dead_letter,
         observer=detection, on_alerts=[alerts_out.write] if alerts_out else None,
-        alerting=alerting, guard=guard,
+        alerting=alerting, guard=guard, gpus_per_replica=config.cost.gpus_per_replica,
     )
     started = time.monotonic()
     try:
@@ -170,7 +170,7 @@ def cmd_ratios(args: argparse.Namespace) -> int:
     span = {"granularity": args.granularity, "route": args.route, "since": args.since,
             "until": args.until}
     try:
-        rows = store.ratios(**span)
+        rows = store.ratios(**span, price_per_gpu_hour=config.cost.price_per_gpu_hour)
         latency = store.buckets(**span) if table and columns and needs_latency(columns) else None
     finally:
         store.close()
@@ -258,7 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how long --deliver keeps retrying before leaving the rest queued")
     p.set_defaults(func=cmd_replay)
 
-    p = sub.add_parser("ratios", help="query the historical ratio tables")
+    p = sub.add_parser("ratios", help="query the historical ratio tables (acceptance, task "
+                       "outcome, GPU-seconds, cost per successful task)")
     with_config(p)
     p.add_argument("--route")
     p.add_argument("--since", type=parse_time_arg, help="RFC 3339 time or a duration ago (30d)")
@@ -270,6 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the table with every field (json and csv always have them all)")
     shape.add_argument("--columns", type=_ratio_columns, metavar="A,B,...",
                        help="the table's columns, e.g. route,pair,k,accept,acc_len,ttft_p99 "
+                       "or route,pair,success_rate,tool_calls_valid_rate,cost_per_success "
                        "(default: bucket,route,pair,k,requests,accept,ttft_p50,ttft_p99)")
     p.set_defaults(func=cmd_ratios)
 
@@ -292,6 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     from monitor.api.cli import register as register_api
     from monitor.cli_alerting import register as register_alerting
     from monitor.cli_changes import register as register_changes
+    from monitor.cli_gate import register as register_gate
     from monitor.proxy.cli import register as register_proxy
     from monitor.report.cli import register as register_report
     from monitor.scrape.cli import register as register_scrape
@@ -299,6 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     register(sub)
     register_changes(sub, with_config, _config)
+    register_gate(sub, with_config, _config)
     register_alerting(sub, with_config, _config)
     register_adapt(sub, with_config, _config)
     register_scrape(sub, with_config, _config)

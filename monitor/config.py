@@ -159,6 +159,45 @@ class DetectionConfig(Frozen):
     change_window: Duration = 21600.0
     # A setup unseen on its route this long, coming back, is a change (a rollback).
     change_return_after: Duration = 3600.0
+    # Losslessness (rule output_mismatch): greedy outputs remembered per prompt hash this
+    # long, at most this many prompts per route (stored with the detector state, about 140
+    # bytes each, rewritten at each checkpoint that changed them); resolved after this many
+    # matched pairs agree. A shadow pair arrives seconds apart: an hour is ample.
+    lossless_horizon: Duration = 3600.0
+    lossless_max_prompts: int = Field(10_000, ge=1)
+    lossless_resolve_pairs: int = Field(20, ge=1)
+
+
+class CostConfig(Frozen):
+    """What a GPU-second costs, and how one is estimated where a request does not report it
+    (``e2e_ms / 1000 x gpus_per_replica / batch_size``)."""
+
+    gpus_per_replica: float = Field(1.0, gt=0)
+    # Unset: GPU-seconds are still counted, cost per successful task is not given.
+    price_per_gpu_hour: float | None = Field(None, ge=0)
+
+
+class LatencyClassConfig(Frozen):
+    """A promised latency class: on these routes the candidate must improve ``metric``."""
+
+    routes: tuple[str, ...] = Field(min_length=1)  # glob patterns
+    metric: Literal["ttft_p99", "e2e_p99", "itl_p99", "e2e_p50", "ttft_p50", "itl_p50"] = "e2e_p99"
+
+
+class GateConfig(Frozen):
+    """The release gate (``specwatch gate``, docs/gate.md)."""
+
+    # Always-valid level: the chance that a gate polled any number of times ever fails a
+    # candidate that is no worse (and ever passes one that is) stays below this.
+    alpha: float = Field(0.05, gt=0, lt=0.5)
+    # A route with at least this share of the requests must not regress on a critical metric.
+    min_route_share: float = Field(0.05, ge=0, le=1)
+    # Falls smaller than these are no regression (relative for rates and latency, absolute
+    # for outcome and error rates).
+    efficiency_tolerance: float = Field(0.02, ge=0, lt=1)
+    p99_tolerance: float = Field(0.10, ge=0)
+    rate_tolerance: float = Field(0.01, ge=0, lt=1)
+    latency_classes: tuple[LatencyClassConfig, ...] = ()
 
 
 SinkName = Literal["slack", "pagerduty", "alertmanager", "webhook", "log"]
@@ -315,6 +354,8 @@ class Config(Frozen):
     store: StoreConfig = StoreConfig()
     ingest: IngestConfig = IngestConfig()
     detection: DetectionConfig = DetectionConfig()
+    cost: CostConfig = CostConfig()
+    gate: GateConfig = GateConfig()
     alerting: AlertingConfig = AlertingConfig()
     exposition: ExpositionConfig = ExpositionConfig()
     scrape: ScrapeConfig = ScrapeConfig()

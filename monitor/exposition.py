@@ -356,8 +356,7 @@ def _conditions(detection: Detection) -> Iterator[tuple[str, str, str]]:
     for route in view.routes.values():
         for rule in route.firing:
             yield rule, route.name, severity(rule)
-        for cond in route.metadata.conditions:
-            yield cond.rule, route.name, cond.severity
+    yield from view.pair_conditions()  # metadata and losslessness, per model pair
     for seg in view.segments.values():
         for rule in seg.firing:
             yield rule, seg.labels["route"], severity(rule)

@@ -137,7 +137,8 @@ class Pipeline:
     ``source`` names the stream in the store (``kafka:<group>:<topic>`` or ``replay``):
     everything stored for it resumes where the last checkpoint left off. ``future`` judges
     event times against a clock (``monitor.eventtime``; default: the wall clock, as the
-    daemon does); a replay sets its own.
+    daemon does); a replay sets its own. ``gpus_per_replica`` (config ``cost``) prices the
+    GPU time of events that report none: ``e2e_ms / 1000 * gpus_per_replica / batch_size``.
     """
 
     def __init__(
@@ -157,6 +158,7 @@ class Pipeline:
         clock: Any = time.monotonic,
         guard: EventGuard | None = None,
         future: FutureRule | None = None,
+        gpus_per_replica: float = 1.0,
     ) -> None:
         self.store = store
         self.source = source
@@ -181,6 +183,11 @@ class Pipeline:
         self._partitions: dict[int, PartitionTracker] = {}
         # (*series key fields, minute bucket start) -> statistics since the last checkpoint
         self._pending: dict[tuple[Any, ...], BucketStats] = {}
+        # (experiment, arm, *series key fields, hour bucket start) -> the same, per A/B arm
+        self._pending_experiments: dict[tuple[Any, ...], BucketStats] = {}
+        # Where an event reports no GPU time it is estimated as its share of the replica's
+        # GPUs for its duration (config ``cost.gpus_per_replica``).
+        self._gpus_per_replica = gpus_per_replica
         self._pending_events = 0
         self._last_checkpoint = clock()
         self._lateness = config.allowed_lateness
@@ -253,6 +260,7 @@ class Pipeline:
         """Forget everything not yet checkpointed (after being fenced out, or lost partitions)."""
         self._partitions.clear()
         self._pending.clear()
+        self._pending_experiments.clear()
         self._pending_events = 0
         self._applied_baselines.clear()
         if self.guard is not None:
@@ -373,7 +381,13 @@ class Pipeline:
             # Only events that count may take a series slot: a duplicate or late event of a
             # new pair would hold one it never stores, and push a route into overflow.
             counted_events = self.guard.admit(counted_events)
+        gpus = self._gpus_per_replica
         for e in counted_events:
+            if e.gpu_seconds is None:
+                # Before aggregation and observation: the rollups, the experiment rollups
+                # and the detectors all see the same GPU time.
+                e.gpu_seconds = e.e2e_ms / 1000 * gpus / (e.batch_size or 1)
+                e.gpu_estimated = True
             # A plain tuple is cheaper to build than a SeriesKey; checkpoint() converts.
             bucket_key = (
                 e.route, e.target_model, e.target_revision, e.target_tokenizer,
@@ -384,6 +398,8 @@ class Pipeline:
             if bucket is None:
                 bucket = pending[bucket_key] = BucketStats()
             bucket.update(e)
+            if e.experiment_name is not None:
+                self._count_experiment(e, bucket_key)
         counted = len(counted_events)
         if counted and observer is not None:
             observer.observe(partition, counted_events)
@@ -396,6 +412,15 @@ class Pipeline:
             self.metrics.future_events.inc(len(future))
             self._reject(future, self._origin(partition, offset, key), invalid=False)
         return counted
+
+    def _count_experiment(self, e: Event, bucket_key: tuple[Any, ...]) -> None:
+        ts = int(e.ts // 3600) * 3600
+        key = (e.experiment_name, e.experiment_arm or "", *bucket_key[:-1], ts)
+        pending = self._pending_experiments
+        bucket = pending.get(key)
+        if bucket is None:
+            bucket = pending[key] = BucketStats()
+        bucket.update(e)
 
     def _origin(self, partition: int, offset: int, key: bytes | None) -> dict[str, Any]:
         origin: dict[str, Any] = {"source": self.source, "partition": partition, "offset": offset}
@@ -437,7 +462,8 @@ class Pipeline:
         if alerting is not None and alerting.loaded and observer is not None:
             # Timers (minimum firing time, resolve hold, group waits) fire on the clock alone.
             notified = alerting.decide(alerts, observer.now)
-        if not dirty and not self._pending and not decided and not notified:
+        if (not dirty and not self._pending and not self._pending_experiments and not decided
+                and not notified):
             return True
         # Dead letters first: once offsets are stored, the input that produced them is
         # never read again.
@@ -457,9 +483,13 @@ class Pipeline:
             )
         state = observer.snapshot() if observer is not None else {}
         rollups = {(SeriesKey._make(k[:-1]), k[-1]): b for k, b in self._pending.items()}
+        experiments = {
+            (k[0], k[1], SeriesKey._make(k[2:-1]), k[-1]): b
+            for k, b in self._pending_experiments.items()
+        }
         cp = Checkpoint(self.source, rollups=rollups, partitions=commits, state=state,
                         alerts=alerts, applied_baselines=list(self._applied_baselines),
-                        changes=changes)
+                        changes=changes, experiments=experiments)
         if notified:
             state.update(notified.state)
             cp.outbox, cp.episodes = notified.outbox, notified.episodes
@@ -484,6 +514,7 @@ class Pipeline:
             t.dirty = False
             t.seen.prune(t.max_ts)
         self._pending = {}
+        self._pending_experiments = {}
         self._pending_events = 0
         self._applied_baselines.clear()
         if self.guard is not None:

@@ -159,6 +159,21 @@ def _speculation_inactive(state: str, lab: dict[str, str], ev: dict[str, Any]) -
     return f"{name}: drafting resumed"
 
 
+def _output_mismatch(state: str, lab: dict[str, str], ev: dict[str, Any]) -> str:
+    name = lab["route"]
+    draft = lab["draft_model"] or ev.get("method") or "none"
+    pair = f"(target {lab['target_model']} {lab['target_revision']}, draft {draft}" + (
+        f" {lab['draft_revision']})" if lab["draft_revision"] else ")")
+    if state == "firing":
+        return (f"{name}: {ev['mismatches']} of {ev['matched_pairs']} greedy prompt pairs "
+                f"differ with speculation off {pair}; e.g. {ev['spec_request_id']} vs "
+                f"{ev['no_spec_request_id']}")
+    if ev.get("reason_resolved"):
+        return f"{name}: output mismatch no longer tracked ({ev['reason_resolved']}) {pair}"
+    return (f"{name}: {ev['agreeing_in_a_row']} greedy prompt pairs in a row agree with "
+            f"speculation off {pair}")
+
+
 # The order is the order of every rule list shown to users (config errors, the API schema).
 CATALOGUE: dict[str, Rule] = {r.name: r for r in (
     Rule("acceptance_drop", "warning", "segment", "acceptance", _acceptance("fell")),
@@ -169,10 +184,10 @@ CATALOGUE: dict[str, Rule] = {r.name: r for r in (
     Rule("memory_contention", "warning", "route", "contention", _memory_contention),
     Rule("telemetry_stale", "warning", "route", "staleness", _telemetry_stale),
     Rule("speculation_inactive", "critical", "route", "inactivity", _speculation_inactive),
+    Rule("output_mismatch", "critical", "pair", "lossless", _output_mismatch),
     Rule("acceptance_rise", "info", "segment", "acceptance", _acceptance("rose")),
 )}
-"""Rule name -> :class:`Rule`. ``output_mismatch`` (alerts v1) is not decided yet: it joins
-here with its detector."""
+"""Rule name -> :class:`Rule`."""
 
 
 def names() -> tuple[str, ...]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from operator import add
 from typing import Any
 
+from monitor.aggregate.outcome import OutcomeRates, cost_per_success
 from monitor.aggregate.sketch import LogHistogram
 from monitor.telemetry.event import Event
 
@@ -21,11 +22,22 @@ COUNTERS = (
     "prompt_tokens",
     "batch_size_sum",
     "batch_size_count",
+    # Telemetry v1.1: task outcome (each rate counts only the requests that report it).
+    "successes",
+    "outcome_ok_reported",
+    "outcome_ok_true",
+    "schema_valid_reported",
+    "schema_valid_true",
+    "tool_calls_valid_reported",
+    "tool_calls_valid_true",
+    "gpu_reported_requests",
 )
-SKETCHES = ("ttft_ms", "e2e_ms", "decode_tps")
+# Sums of floats: stored as doubles, never truncated to an int on the way back.
+FLOATS = ("gpu_seconds", "gpu_seconds_sq", "success_gpu_seconds")
+SKETCHES = ("ttft_ms", "e2e_ms", "decode_tps", "itl_p50_ms", "itl_p99_ms")
 
 
-class BucketStats:
+class BucketStats(OutcomeRates):
     """Additive counts plus mergeable latency sketches.
 
     Everything here merges by addition, so minute buckets roll up into hours and days, and a
@@ -34,18 +46,30 @@ class BucketStats:
     speculation on but drafted nothing: they have no acceptance rate and are never counted
     as zero acceptance.
 
+    Task outcome and cost (telemetry v1.1): ``successes`` counts successful tasks
+    (``Event.success``); each outcome rate is over the requests that report that outcome
+    only, since an absent outcome means unknown, never false. ``gpu_seconds`` sums what the
+    events carry (reported, or the pipeline's estimate; ``gpu_reported_requests`` says how
+    many were reported).
+
     >>> from monitor.telemetry.event import Event
     >>> b = BucketStats()
     >>> b.update(Event("r1", 0.0, "code", "ok", "t", "r", "tok", output_tokens=10, e2e_ms=500.0,
     ...          has_spec=True, num_speculative_tokens=2, drafted_tokens=8, accepted_tokens=6,
-    ...          accepted_per_position=(4, 2), ttft_ms=100.0))
+    ...          accepted_per_position=(4, 2), ttft_ms=100.0, gpu_seconds=0.5))
     >>> b.acceptance_rate
     0.75
     >>> abs(b.decode_tps.quantile(0.5) - 25.0) <= 0.01 * 25.0   # 40 tokens in 400 ms, within 1%
     True
+    >>> b.update(Event("r2", 1.0, "code", "ok", "t", "r", "tok", output_tokens=10, e2e_ms=500.0,
+    ...          outcome_ok=False, gpu_seconds=1.5))
+    >>> b.success_rate, b.ok_rate, b.schema_valid_rate
+    (0.5, 0.0, None)
+    >>> b.gpu_seconds_per_success, b.cost_per_success(3.6)
+    (2.0, 0.002)
     """
 
-    __slots__ = (*COUNTERS, "per_position", "_sketches", "_buffers")
+    __slots__ = (*COUNTERS, *FLOATS, "per_position", "_sketches", "_buffers")
 
     def __init__(self) -> None:
         self.requests = 0
@@ -60,13 +84,24 @@ class BucketStats:
         self.prompt_tokens = 0
         self.batch_size_sum = 0
         self.batch_size_count = 0
+        self.successes = 0
+        self.outcome_ok_reported = 0
+        self.outcome_ok_true = 0
+        self.schema_valid_reported = 0
+        self.schema_valid_true = 0
+        self.tool_calls_valid_reported = 0
+        self.tool_calls_valid_true = 0
+        self.gpu_reported_requests = 0
+        self.gpu_seconds = 0.0
+        self.gpu_seconds_sq = 0.0
+        self.success_gpu_seconds = 0.0
         self.per_position: list[int] = []
-        self._sketches = (LogHistogram(), LogHistogram(), LogHistogram())
+        self._sketches: tuple[LogHistogram, ...] = tuple(LogHistogram() for _ in SKETCHES)
         # Latencies wait here until read or written: one list append per value on the hot
         # path, and a vectorised fold into the sketches once per checkpoint.
-        self._buffers: tuple[list[float], list[float], list[float]] = ([], [], [])
+        self._buffers: tuple[list[float], ...] = tuple([] for _ in SKETCHES)
 
-    def _flush(self) -> tuple[LogHistogram, LogHistogram, LogHistogram]:
+    def _flush(self) -> tuple[LogHistogram, ...]:
         for sketch, buf in zip(self._sketches, self._buffers, strict=True):
             if buf:
                 sketch.extend(buf)
@@ -85,9 +120,20 @@ class BucketStats:
     def decode_tps(self) -> LogHistogram:
         return self._flush()[2]
 
+    @property
+    def itl_p50_ms(self) -> LogHistogram:
+        """Distribution of the requests' own median inter-token gap."""
+        return self._flush()[3]
+
+    @property
+    def itl_p99_ms(self) -> LogHistogram:
+        """Distribution of the requests' own p99 inter-token gap."""
+        return self._flush()[4]
+
     def update(self, e: Event) -> None:
         self.requests += 1
-        if e.status != "ok":
+        status_ok = e.status == "ok"
+        if not status_ok:
             self.errors += 1
         if e.has_spec:
             self.spec_requests += 1
@@ -116,7 +162,36 @@ class BucketStats:
         if e.batch_size is not None:
             self.batch_size_sum += e.batch_size
             self.batch_size_count += 1
-        ttft_buf, e2e_buf, tps_buf = self._buffers
+        # Event.success inlined: this is the hot path.
+        ok = e.outcome_ok
+        if ok is None:
+            success = status_ok
+        else:
+            success = ok
+            self.outcome_ok_reported += 1
+            if ok:
+                self.outcome_ok_true += 1
+        if success:
+            self.successes += 1
+        valid = e.outcome_schema_valid
+        if valid is not None:
+            self.schema_valid_reported += 1
+            if valid:
+                self.schema_valid_true += 1
+        valid = e.outcome_tool_calls_valid
+        if valid is not None:
+            self.tool_calls_valid_reported += 1
+            if valid:
+                self.tool_calls_valid_true += 1
+        gpu = e.gpu_seconds
+        if gpu is not None:
+            self.gpu_seconds += gpu
+            self.gpu_seconds_sq += gpu * gpu
+            if success:
+                self.success_gpu_seconds += gpu
+            if not e.gpu_estimated:
+                self.gpu_reported_requests += 1
+        ttft_buf, e2e_buf, tps_buf, itl50_buf, itl99_buf = self._buffers
         e2e = e.e2e_ms
         e2e_buf.append(e2e)
         ttft = e.ttft_ms
@@ -124,9 +199,17 @@ class BucketStats:
             ttft_buf.append(ttft)
             if e2e > ttft:
                 tps_buf.append(e.output_tokens * 1000.0 / (e2e - ttft))
+        itl = e.itl_p50_ms
+        if itl is not None:
+            itl50_buf.append(itl)
+        itl = e.itl_p99_ms
+        if itl is not None:
+            itl99_buf.append(itl)
 
     def merge(self, other: BucketStats) -> None:
         for name in COUNTERS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for name in FLOATS:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         pp = self.per_position
         if len(pp) < len(other.per_position):
@@ -141,9 +224,16 @@ class BucketStats:
         """accepted / drafted over the bucket, token-weighted; ``None`` when nothing drafted."""
         return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else None
 
+    def cost_per_success(self, price_per_gpu_hour: float | None) -> float | None:
+        """Cost per successful task at ``price_per_gpu_hour`` (``None``: no price, or no
+        success)."""
+        return cost_per_success(self.gpu_seconds_per_success, price_per_gpu_hour)
+
     def to_row(self) -> dict[str, Any]:
         """Column values for the store (sketches and per-position counts as JSON)."""
         row: dict[str, Any] = {name: getattr(self, name) for name in COUNTERS}
+        for name in FLOATS:
+            row[name] = getattr(self, name)
         row["per_position"] = list(self.per_position)
         for name, sketch in zip(SKETCHES, self._flush(), strict=True):
             row[name] = sketch.to_json()
@@ -156,8 +246,10 @@ class BucketStats:
         b = cls()
         for name in COUNTERS:
             setattr(b, name, int(get(name) or 0))
+        for name in FLOATS:
+            setattr(b, name, float(get(name) or 0.0))
         b.per_position = list(get("per_position") or [])
-        b._sketches = tuple(LogHistogram.from_json(get(name)) for name in SKETCHES)  # type: ignore[assignment]
+        b._sketches = tuple(LogHistogram.from_json(get(name)) for name in SKETCHES)
         return b
 
     def __eq__(self, other: object) -> bool:
@@ -165,6 +257,7 @@ class BucketStats:
             return NotImplemented
         return (
             all(getattr(self, n) == getattr(other, n) for n in COUNTERS)
+            and all(getattr(self, n) == getattr(other, n) for n in FLOATS)
             and self.per_position == other.per_position
             and self._flush() == other._flush()
         )
@@ -174,3 +267,5 @@ class BucketStats:
             f"BucketStats(requests={self.requests}, drafted={self.drafted_tokens}, "
             f"accepted={self.accepted_tokens})"
         )
+
+

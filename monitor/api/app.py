@@ -19,6 +19,7 @@ from monitor.api import (
     routes_changes,
     routes_data,
     routes_detection,
+    routes_gate,
     routes_health,
 )
 from monitor.api.auth import BearerAuth, is_protected
@@ -27,6 +28,7 @@ from monitor.api.metrics import ApiMetrics, MetricsMiddleware
 from monitor.api.params import reject_unknown_query
 from monitor.api.routes_view import store_routes_view
 from monitor.changes import JudgeSettings
+from monitor.gate import GateSettings
 from monitor.store.store import Store
 
 API_VERSION = "1"
@@ -55,6 +57,8 @@ def create_app(
     status: Callable[[], dict[str, Any]] | None = None,
     routes_view: Callable[[], list[dict[str, Any]]] | None = None,
     changes: JudgeSettings | None = None,
+    price_per_gpu_hour: float | None = None,
+    gate: GateSettings | None = None,
 ) -> FastAPI:
     """The HTTP API over ``store``.
 
@@ -64,7 +68,9 @@ def create_app(
     ``routes_view``: the daemon's view of ``/api/v1/routes``; by default the detector state
     committed in the store. ``changes``: how ``/api/v1/changes`` judges (by default
     :class:`~monitor.changes.JudgeSettings`'s defaults; ``JudgeSettings.from_config`` for the
-    configuration's ``detection.change_window`` and ``min_effect``).
+    configuration's ``detection.change_window`` and ``min_effect``). ``price_per_gpu_hour``:
+    the configuration's ``cost.price_per_gpu_hour``, for cost per successful task (``None``:
+    not given).
     """
     app = FastAPI(
         title="specwatch API",
@@ -75,18 +81,23 @@ def create_app(
             {"name": "detection", "description": "segments, baselines, recommendations"},
             {"name": "alerting", "description": "alert records, episodes, silences"},
             {"name": "changes", "description": "setup changes judged before and after"},
+            {"name": "gate", "description": "the release gate: baseline against candidate"},
             {"name": "operations", "description": "health, readiness, metrics"},
         ],
     )
     install_error_handlers(app)
     strict = [Depends(reject_unknown_query)]
-    app.include_router(routes_data.router(store), dependencies=strict)
+    app.include_router(routes_data.router(store, price_per_gpu_hour=price_per_gpu_hour),
+                       dependencies=strict)
     app.include_router(routes_detection.router(routes_view or store_routes_view(store)),
                        dependencies=strict)
     app.include_router(routes_alerting.router(store), dependencies=strict)
     app.include_router(routes_changes.router(store, changes or JudgeSettings()),
                        dependencies=strict)
     # Probes and scrapers are left alone: a query string there is theirs (name[] filters).
+    app.include_router(routes_gate.router(store, gate or GateSettings(),
+                                          (changes or JudgeSettings()).window),
+                       dependencies=strict)
     app.include_router(routes_health.router(store, registry=registry, status=status))
     # Added last = outermost: a request without the token reaches nothing else.
     if token:

@@ -47,6 +47,7 @@ def cmd_serve(args: argparse.Namespace, config: Config, *, stop: threading.Event
     from monitor.api.server import ApiServer, require_token
     from monitor.changes import JudgeSettings
     from monitor.exposition_changes import ChangeCollector
+    from monitor.gate import GateSettings
     from monitor.store.store import Store
 
     host, port = args.http
@@ -66,7 +67,9 @@ def cmd_serve(args: argparse.Namespace, config: Config, *, stop: threading.Event
     registry = CollectorRegistry()
     # The change gauges are read from the database: a replica serves them as well as a daemon.
     registry.register(ChangeCollector.for_store(store, judge))
-    server = ApiServer(create_app(store, registry=registry, token=token, changes=judge),
+    server = ApiServer(create_app(store, registry=registry, token=token, changes=judge,
+                                  price_per_gpu_hour=config.cost.price_per_gpu_hour,
+                                  gate=GateSettings.from_config(config.gate)),
                        host, port)
     previous = {}
     if threading.current_thread() is threading.main_thread():

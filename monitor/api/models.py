@@ -59,6 +59,45 @@ class RatioOut(_Series):
         description="accepted / drafted tokens; null when nothing was drafted (never 0)")
     mean_accepted_length: float | None = Field(
         description="1 + accepted / verify_steps; null without verification steps")
+    # Task outcome and cost (telemetry v1.1, docs/outcome-and-cost.md)
+    successes: int = Field(description="successful tasks: outcome.ok where the request "
+                           "reports it, else status ok")
+    outcome_ok_reported: int = Field(description="requests reporting outcome.ok")
+    outcome_ok_true: int = Field(description="of those, outcome.ok true")
+    schema_valid_reported: int = Field(description="requests reporting outcome.schema_valid")
+    schema_valid_true: int
+    tool_calls_valid_reported: int = Field(
+        description="requests reporting outcome.tool_calls_valid")
+    tool_calls_valid_true: int
+    gpu_reported_requests: int = Field(
+        description="requests whose GPU time was reported (the rest are estimated from "
+        "e2e_ms, batch_size and cost.gpus_per_replica)")
+    gpu_seconds: float = Field(description="GPU-seconds, reported or estimated")
+    gpu_seconds_sq: float = Field(description="sum of squared per-request GPU-seconds "
+                                  "(for variances)")
+    success_gpu_seconds: float = Field(description="GPU-seconds of the successful requests")
+    success_rate: float | None = Field(description="successes / requests")
+    ok_rate: float | None = Field(
+        description="outcome.ok true / reported; null when no request reports it (never 0)")
+    schema_valid_rate: float | None = Field(
+        description="schema_valid true / reported; null when no request reports it")
+    tool_calls_valid_rate: float | None = Field(
+        description="tool_calls_valid true / reported; null when no request reports it")
+    gpu_seconds_estimated_share: float | None = Field(
+        description="share of requests whose GPU time is an estimate")
+    gpu_seconds_per_success: float | None = Field(
+        description="all GPU-seconds (failed requests included) / successes; null without a "
+        "success")
+    successes_per_gpu_second: float | None = Field(
+        description="successes / GPU-seconds; null without GPU time")
+    cost_per_success: float | None = Field(
+        description="gpu_seconds_per_success x cost.price_per_gpu_hour / 3600, in the "
+        "price's currency; null without a configured price or a success")
+    itl_p50_ms: float | None = Field(
+        description="median over the requests of their own median inter-token gap, "
+        "milliseconds; null when no request reports itl_ms")
+    itl_p99_ms: float | None = Field(
+        description="p99 over the requests of their own p99 inter-token gap, milliseconds")
 
 
 class QuantilesOut(BaseModel):
@@ -82,6 +121,12 @@ class LatencyOut(_Series):
     e2e_ms: QuantilesOut = Field(description="end-to-end latency, milliseconds")
     decode_tps: QuantilesOut = Field(description="decode throughput, output tokens per second "
                                      "after the first token")
+    itl_p50_ms: QuantilesOut = Field(
+        description="the requests' own median inter-token gap (itl_ms.p50), milliseconds: "
+        "its p50 over requests is the typical gap")
+    itl_p99_ms: QuantilesOut = Field(
+        description="the requests' own p99 inter-token gap (itl_ms.p99), milliseconds: its "
+        "p99 over requests is the tail")
 
 
 class BaselineOut(BaseModel):

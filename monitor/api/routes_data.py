@@ -35,19 +35,22 @@ def latency_row(key: SeriesKey, start: datetime | None, granularity: str,
     row.update(
         bucket_start=start, granularity=granularity, requests=stats.requests,
         errors=stats.errors, ttft_ms=quantiles(stats.ttft_ms), e2e_ms=quantiles(stats.e2e_ms),
-        decode_tps=quantiles(stats.decode_tps),
+        decode_tps=quantiles(stats.decode_tps), itl_p50_ms=quantiles(stats.itl_p50_ms),
+        itl_p99_ms=quantiles(stats.itl_p99_ms),
     )
     return row
 
 
-def router(store: Store) -> APIRouter:
+def router(store: Store, *, price_per_gpu_hour: float | None = None) -> APIRouter:
+    """``price_per_gpu_hour`` (``cost.price_per_gpu_hour``) prices ``cost_per_success``."""
     r = APIRouter(prefix="/api/v1", tags=["rollups"])
 
     @r.get(
         "/ratios", response_model=list[RatioOut], summary="Acceptance ratio tables",
-        description="Per series and bucket: the counts behind the acceptance ratio, exactly as "
-        "`specwatch ratios --format json|csv` prints them (same filters, same bytes). Sorted "
-        "by bucket start, then series.",
+        description="Per series and bucket: the counts behind the acceptance ratio, task "
+        "outcome rates, GPU-seconds and cost per successful task (at the configured "
+        "`cost.price_per_gpu_hour`), exactly as `specwatch ratios --format json|csv` prints "
+        "them (same filters, same bytes). Sorted by bucket start, then series.",
         responses={**ERRORS, 200: {"description": "JSON array, or CSV with a header row",
                                    "content": _CSV}},
     )
@@ -61,7 +64,7 @@ def router(store: Store) -> APIRouter:
     ) -> Response:
         start, end = time_range(since, until)
         rows = store.ratios(granularity=granularity, route=blank_as_none(route), since=start,
-                            until=end)
+                            until=end, price_per_gpu_hour=price_per_gpu_hour)
         if fmt == "csv":
             return Response(format_ratios(rows, "csv"), media_type="text/csv; charset=utf-8")
         return Response(format_ratios(rows, "json"), media_type="application/json")
@@ -70,7 +73,9 @@ def router(store: Store) -> APIRouter:
         "/latency", response_model=list[LatencyOut], responses=ERRORS,
         summary="Latency and throughput quantiles",
         description="Per series and bucket start: p50/p99 (and mean) of time to first token, "
-        "end-to-end latency and decode throughput, read from the stored mergeable sketches, "
+        "end-to-end latency, decode throughput and the requests' own inter-token gaps "
+        "(`itl_p50_ms`: their median gaps, `itl_p99_ms`: their p99 gaps), read from the "
+        "stored mergeable sketches, "
         "with request and error counts. `per_bucket=false` merges each series over the whole "
         "range into one row (`bucket_start` null).",
     )

@@ -56,8 +56,10 @@ class Detection:
         # The routes and segments judged here (the state's own dicts, cleared in place).
         self._routes = self._state.routes
         self._segments = self._state.segments
+        self._lossless = self._router.lossless
         self._view = JudgedView(MappingProxyType(self._routes),
-                                MappingProxyType(self._segments))
+                                MappingProxyType(self._segments),
+                                MappingProxyType(self._lossless.judged))
         self.loaded = False
 
     @property
@@ -78,11 +80,12 @@ class Detection:
         self._evaluator.alerts.clear()
         self._evaluator.changes.clear()
         self._state.load(states)
+        self._lossless.load(states, self._state.owns_route)
         self.loaded = True
 
     def snapshot(self) -> dict[str, Any]:
         """Snapshots of what changed since the last call, keyed for the state table."""
-        return self._state.snapshot()
+        return {**self._state.snapshot(), **self._lossless.snapshot()}
 
     @property
     def now(self) -> float:
@@ -94,7 +97,7 @@ class Detection:
     def pending(self) -> bool:
         """Alerts or state changes not yet handed to a checkpoint."""
         ev = self._evaluator
-        return bool(ev.alerts or ev.changes or self._state.dirty)
+        return bool(ev.alerts or ev.changes or self._state.dirty or self._lossless.dirty)
 
     def drain(self) -> list[AlertRecord]:
         """Alert state changes decided since the last call, in decision order."""
@@ -110,6 +113,7 @@ class Detection:
     def drop_all(self) -> None:
         """Forget everything in memory (after a fenced checkpoint); reload before use."""
         self._state.clear()
+        self._lossless.clear()
         self._evaluator.alerts.clear()
         self._evaluator.changes.clear()
         self.loaded = False
@@ -145,6 +149,10 @@ class Detection:
                 if seg is not None and seg.firing and now - seg.last_ts >= idle:
                     ev.idle_pair(route, seg, now)
                     st.dirty.add("segment:" + seg_id)
+        lossless = self._lossless
+        for name, monitor in lossless.judged.items():
+            if monitor.firing and ev.lossless_tick(monitor, now):
+                lossless.dirty.add(name)
 
     def accept_baseline(self, route_name: str, now: float) -> bool:
         """An operator acknowledged a change on ``route_name``: every segment of the route

@@ -13,6 +13,7 @@ from typing import Any
 
 from monitor.alert_record import AlertRecord, fingerprint
 from monitor.change_record import ChangeRecord
+from monitor.detect.lossless import LosslessMonitor
 from monitor.detect.segments import Route, Segment, when
 from monitor.jsonable import jsonable
 from monitor.rules import CATALOGUE
@@ -52,6 +53,20 @@ class Evaluator:
         if route.contention.changed:
             self.flip(route.firing, "memory_contention", route.contention.firing,
                       {"route": route.name}, ts, route.contention.evidence())
+
+    def lossless(self, monitor: LosslessMonitor, e: Event) -> None:
+        """Match a greedy request against its prompt's outputs (rule ``output_mismatch``)."""
+        monitor.update(e)
+        if monitor.changed:
+            for flip in monitor.flips:
+                self.record(flip.rule, flip.state, flip.labels, flip.at, flip.evidence)
+
+    def lossless_tick(self, monitor: LosslessMonitor, now: float) -> bool:
+        """Sweep the monitor for pairs gone quiet at ``now``; True when its state changed."""
+        monitor.tick(now)
+        for flip in monitor.flips:
+            self.record(flip.rule, flip.state, flip.labels, flip.at, flip.evidence)
+        return monitor.changed
 
     def staleness(self, route: Route, now: float) -> bool:
         """Sweep the route for silence at ``now``; True when its state changed."""

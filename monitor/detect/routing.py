@@ -21,6 +21,7 @@ from monitor.detect.acceptance import AcceptanceDetector, make_detector
 from monitor.detect.activity import ContentionMonitor, InactivityMonitor, StalenessMonitor
 from monitor.detect.breakeven import BreakevenMonitor, CostModel, cutoff
 from monitor.detect.evaluate import Evaluator
+from monitor.detect.lossless import LosslessBook, LosslessMonitor, greedy
 from monitor.detect.metadata import MetadataRules
 from monitor.detect.ownership import DetectionState
 from monitor.detect.positions import PositionCurve
@@ -32,6 +33,7 @@ __all__ = ["TICK_EVERY", "Router"]
 
 TICK_EVERY = 60.0  # event-time seconds between staleness and idle-pair sweeps
 SEGMENT_ID_CACHE = 65536
+SHADOW_TAG = "shadow"  # tags.shadow "true": a shadow twin, see monitor/proxy/shadow.py
 
 
 class Router:
@@ -47,6 +49,8 @@ class Router:
         self.state = state
         self.evaluator = evaluator
         self.tick = tick
+        # per route, greedy outputs with and without speculation (rule output_mismatch)
+        self.lossless = LosslessBook(self.new_lossless)
         # raw event fields -> segment id: hashing a key once per segment, not per event
         self._segment_ids: dict[tuple[Any, ...], str] = {}
 
@@ -57,11 +61,19 @@ class Router:
         edges = self.config.temperature_edges
         dirty = st.dirty
         route_rules, segment_rules = self.evaluator.route_rules, self.evaluator.segment_rules
+        lossless = self.lossless
         return_after = self.config.change_return_after
         for e in events:
             name = e.route
             if name == OVERFLOW:
                 continue  # routes over the cardinality cap, mixed: nothing to judge
+            tags = e.tags
+            if tags is not None and tags.get(SHADOW_TAG) == "true":
+                # A shadow twin (``specwatch proxy --shadow-upstream``) ran only to check
+                # losslessness: it is no request of the route's, and no setup of it.
+                if e.prompt_hash is not None and greedy(e) and e.target_model != OVERFLOW:
+                    self.evaluator.lossless(lossless.monitor(name), e)
+                continue
             route = routes.get(name)
             if route is None:
                 route = st.take_over(name) or self.new_route(name)
@@ -75,6 +87,10 @@ class Router:
                 # change in the mix. The route's own rules above still see every request.
                 self.advance(e.ts)
                 continue
+            if e.prompt_hash is not None and greedy(e):
+                # after the overflow check: an overflowed pair mixes revisions and reads as
+                # unspeculated (draft length 0), two ways to a false mismatch
+                self.evaluator.lossless(lossless.monitor(name), e)
             t = e.temperature
             parts = (name, e.target_model, e.target_revision, e.target_tokenizer,
                      e.draft_model, e.draft_revision, e.draft_tokenizer, e.method,
@@ -173,6 +189,12 @@ class Router:
             ):
                 return CostModel(cm.c, cm.v)
         return None
+
+    def new_lossless(self) -> LosslessMonitor:
+        cfg = self.config
+        return LosslessMonitor(horizon=cfg.lossless_horizon,
+                               max_prompts=cfg.lossless_max_prompts,
+                               resolve_pairs=cfg.lossless_resolve_pairs)
 
     def new_acceptance(self) -> AcceptanceDetector:
         cfg = self.config

@@ -3,8 +3,9 @@
 Every detector here exposes a *condition*: ``firing``, ``changed`` (True only right after the
 update on which ``firing`` flipped) and ``evidence()`` (an alert's ``details``), plus ``rule``
 and ``severity``. :class:`~monitor.detect.metadata.MetadataRules` holds one condition per
-(rule, model pair) and reports its changes as ``flips``. The engine turns flips into alert
-records; the detectors know nothing of alerts, sinks or clocks.
+(rule, model pair) and reports its changes as ``flips``, and so does
+:class:`~monitor.detect.lossless.LosslessMonitor` (``output_mismatch``, per model pair). The
+engine turns flips into alert records; the detectors know nothing of alerts, sinks or clocks.
 
 >>> SEVERITY["speculation_inactive"], RULES["below_breakeven"].__name__
 ('critical', 'BreakevenMonitor')
@@ -24,6 +25,7 @@ from typing import Any, Protocol
 from monitor.detect.activity import ContentionMonitor, InactivityMonitor, StalenessMonitor
 from monitor.detect.breakeven import BreakevenMonitor
 from monitor.detect.exceptions import StateVersionError
+from monitor.detect.lossless import LosslessMonitor
 from monitor.detect.metadata import MetadataRules
 from monitor.detect.positions import PositionCurve
 from monitor.detect.throughput import ThroughputMonitor
@@ -41,6 +43,7 @@ KINDS: dict[str, Any] = {
         ContentionMonitor,
         StalenessMonitor,
         InactivityMonitor,
+        LosslessMonitor,
     )
 }
 """Snapshot ``kind`` -> detector class."""

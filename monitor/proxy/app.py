@@ -15,7 +15,15 @@ the response is complete, the proxy finds the route (``Routes``), adds the serve
 metadata and publishes one event: ``e2e_ms`` from request arrival to the upstream's last
 byte, ``ttft_ms`` from arrival to the first streamed byte (for a non-streamed response: e2e
 minus the engine's reported decode time, if any). Nothing of this runs before the response
-is complete, and publishing never blocks or fails (``monitor.publish``).
+is complete, and publishing never blocks or fails (``monitor.publish``). Events also carry
+the request's ``temperature`` (where it sets one), ``prompt_hash`` and ``output_hash``
+(``monitor.proxy.hashes`` says exactly what is hashed) and, for a stream, ``itl_ms``: p50,
+p99 and max of the gaps between the streamed events that added output text.
+
+Shadowing (``shadow_upstream``): a share of the greedy (temperature 0) requests served
+with speculation is sent again to a non-speculative upstream once the caller's response is
+complete, in the background, and published as a request without speculation
+(``monitor.proxy.shadow``); the caller's response and latency do not depend on it.
 
 Failures: an upstream that cannot be reached answers 502 (504 on a timeout) with an
 OpenAI-style JSON error; upstream 4xx/5xx pass through unchanged. Both publish an event with
@@ -41,10 +49,12 @@ import orjson
 from prometheus_client import CollectorRegistry
 
 from monitor.adapters.common import AdapterError
-from monitor.proxy.config import ProxyConfig
+from monitor.proxy.config import ModelMeta, ProxyConfig
 from monitor.proxy.counters import NoCounters, read_response
-from monitor.proxy.event import failed_event, request_event
+from monitor.proxy.event import failed_event, itl_block, request_event
+from monitor.proxy.hashes import output_hash, output_text, prompt_hash, temperature_of
 from monitor.proxy.metrics import ProxyMetrics
+from monitor.proxy.shadow import Shadow
 from monitor.proxy.stream import BodyReader, SseBody, body_reader
 from monitor.proxy.upstream import UpstreamError, UpstreamPool
 from monitor.publish import WarnLimiter
@@ -89,6 +99,11 @@ class _Exchange:
     outcome: str = "ok"  # ok, upstream_status, unreachable, timeout, broken, cancelled
     finished: bool = False  # the last byte is on its way: a disconnect now is no cancel
     client_gone: bool = False
+    # learnt while building the event; a shadow request needs them
+    route: str | None = None
+    meta: ModelMeta | None = None
+    prompt_hash: str | None = None
+    temperature: float | None = None
 
 
 class ProxyApp:
@@ -116,6 +131,9 @@ class ProxyApp:
         self._route_header = header.lower().encode("latin-1") if header else None
         self._pool: UpstreamPool | None = None
         self._warnings = WarnLimiter(warn_interval_s)
+        self.shadow = (Shadow(config, self._publish, metrics=self.metrics, clock=clock,
+                              warn_interval_s=warn_interval_s)
+                       if config.shadow_upstream is not None else None)
 
     # --- ASGI -------------------------------------------------------------------------------
 
@@ -144,6 +162,8 @@ class ProxyApp:
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
+        if self.shadow is not None:
+            await self.shadow.aclose()
 
     def _open(self) -> UpstreamPool:
         # Created in the serving loop, on first use: its connections belong to that loop.
@@ -247,6 +267,10 @@ class ProxyApp:
 
     # --- telemetry (after the response) -----------------------------------------------------
 
+    def _publish(self, event: Mapping[str, Any]) -> None:
+        if self.publisher is not None:
+            self.publisher.publish(event)
+
     def _telemetry(self, x: _Exchange) -> None:
         try:
             event = self._event(x)
@@ -254,8 +278,19 @@ class ProxyApp:
                 return
             if self.metrics is not None:
                 self.metrics.events.labels(status=event["status"]).inc()
-            if self.publisher is not None:
-                self.publisher.publish(event)
+            self._publish(event)
+            shadow = self.shadow
+            if (shadow is not None and x.temperature == 0.0 and "spec" in event
+                    and event["status"] == "ok" and x.prompt_hash is not None
+                    and x.route is not None and x.meta is not None
+                    and shadow.sampled(x.prompt_hash)):
+                scope = x.scope
+                target = scope.get("raw_path") or scope["path"].encode("utf-8")
+                if scope.get("query_string"):
+                    target += b"?" + scope["query_string"]
+                shadow.submit(scope["method"], target, _request_headers(scope["headers"]),
+                              x.body, route=x.route, meta=x.meta, prompt_hash=x.prompt_hash,
+                              temperature=x.temperature)
         except Exception:  # noqa: BLE001 - telemetry must never cost the user anything
             log.exception("telemetry event of a proxied request failed")
 
@@ -275,9 +310,13 @@ class ProxyApp:
             request = orjson.loads(x.body) if x.body else {}
         except orjson.JSONDecodeError:
             request = {}
-        model = request.get("model") if isinstance(request, dict) else None
+        if not isinstance(request, dict):
+            request = {}
+        model = request.get("model")
         model = model if isinstance(model, str) and model else None
         path = x.scope["path"]
+        x.temperature = temperature_of(request)
+        x.prompt_hash = prompt_hash(_endpoint(path), request) if request else None
         header = self._header_value(x.scope["headers"])
         if header is not None and not 0 < len(header) <= 128:
             self._skip("no_route", f"{self.config.routes.header} header is not 1..128 "
@@ -289,6 +328,7 @@ class ProxyApp:
                        f"{self.config.routes.header or 'route'} header, path prefix, model "
                        "mapping or default route")
             return None
+        x.route = route
         cfg = self.config
         e2e_ms = (x.end - x.start) * 1000.0
         ts = self.clock()
@@ -302,7 +342,8 @@ class ProxyApp:
             return failed_event(meta, status=status, route=route,
                                 request_id=cfg.request_id_prefix + uuid.uuid4().hex,
                                 ts=ts, e2e_ms=e2e_ms, instance=cfg.instance,
-                                engine=None if cfg.engine == "auto" else cfg.engine)
+                                engine=None if cfg.engine == "auto" else cfg.engine,
+                                temperature=x.temperature, prompt_hash=x.prompt_hash)
         if x.reader is None:
             self._skip("unreadable", f"{path}: the response's content-encoding cannot be read")
             return None
@@ -318,7 +359,8 @@ class ProxyApp:
                 return None
             return failed_event(meta, status="error", route=route,
                                 request_id=cfg.request_id_prefix + uuid.uuid4().hex,
-                                ts=ts, e2e_ms=e2e_ms, instance=cfg.instance)
+                                ts=ts, e2e_ms=e2e_ms, instance=cfg.instance,
+                                temperature=x.temperature, prompt_hash=x.prompt_hash)
         served = model or (body.get("model") if isinstance(body, dict) else None)
         meta = cfg.model_meta(served if isinstance(served, str) else None)
         if meta is None:
@@ -336,8 +378,13 @@ class ProxyApp:
         if isinstance(x.reader, SseBody) and x.first_byte is not None:
             ttft_ms = (x.first_byte - x.start) * 1000.0
         request_id = cfg.request_id_prefix + (reading.request_id or uuid.uuid4().hex)
+        x.meta = meta
+        text = output_text(body)
         return request_event(reading, meta, route=route, request_id=request_id, ts=ts,
-                             e2e_ms=e2e_ms, ttft_ms=ttft_ms, instance=cfg.instance)
+                             e2e_ms=e2e_ms, ttft_ms=ttft_ms, instance=cfg.instance,
+                             temperature=x.temperature, itl=itl_block(x.reader.token_times),
+                             prompt_hash=x.prompt_hash,
+                             output_hash=None if text is None else output_hash(text))
 
     def _header_value(self, headers: list[tuple[bytes, bytes]]) -> str | None:
         name = self._route_header
@@ -350,6 +397,18 @@ class ProxyApp:
                 except UnicodeDecodeError:
                     return value.decode("latin-1").strip()
         return None
+
+
+def _endpoint(path: str) -> str:
+    """The completion path a request went to, without any prefix (part of its prompt hash).
+
+    >>> _endpoint("/tenant/v1/chat/completions"), _endpoint("/completion")
+    ('/v1/chat/completions', '/completion')
+    """
+    for suffix in COMPLETION_PATHS:  # longest first where one ends another
+        if path.endswith(suffix):
+            return suffix
+    return path
 
 
 async def _read_body(receive: Receive) -> bytes:

@@ -26,6 +26,26 @@ streaming); the model metadata of --metadata is added, and one telemetry v1 even
 request goes to Kafka (kafka.bootstrap_servers / kafka.topic of --config, or --bootstrap /
 --topic), keyed by route. Publishing never delays or fails a request: while Kafka is down,
 events are buffered up to --max-buffer and then dropped, counted and logged.
+
+Every event also carries the request's temperature (where it sets one), itl_ms (p50/p99/max
+of the gaps between streamed events that added text; streamed responses only), prompt_hash
+and output_hash. prompt_hash: sha256 (hex, 32 chars) of the canonical JSON (sorted keys,
+integral floats as integers) of the completion endpoint and the request body without the
+keys that cannot change the output (model, stream, stream_options, user, metadata, store,
+logprobs, top_logprobs, n_probs, return_logprob, rid, request_id, service_tier,
+cache_prompt, id_slot): the prompt or messages, tools and every sampling parameter stay in.
+output_hash: sha256 (hex, 32 chars) of the output text (chat message content, then each
+tool call as NUL name NUL arguments; completions text; llama.cpp content; SGLang text), the
+same for a streamed and a non-streamed answer.
+
+--shadow-upstream URL: losslessness check. A --shadow-rate share of the greedy requests
+(temperature 0) served with speculation is sent once more, unchanged, to URL (the same
+target model without speculation) after the caller's response is complete, in the
+background; its event (same route, target and prompt_hash, no draft or spec, tag
+shadow=true) lets `output_mismatch` compare the output hashes. The choice is by prompt
+hash (a sampled prompt is shadowed on every repeat). The caller's response never waits for
+it; at most shadow_max_in_flight run at once, more are dropped; failures are counted
+(specwatch_proxy_shadow_requests_total) and never surfaced.
 """
 
 _EPILOG = """\
@@ -77,6 +97,13 @@ def register(
     p.add_argument("--topic", help="Kafka topic (default: kafka.topic)")
     p.add_argument("--max-buffer", type=int, default=10000, metavar="N",
                    help="events buffered while Kafka is slow or down; more are dropped")
+    p.add_argument("--shadow-upstream", metavar="URL",
+                   help="non-speculative upstream serving the same target model: greedy "
+                        "requests are also sent there in the background (or "
+                        "`shadow_upstream:`)")
+    p.add_argument("--shadow-rate", type=float, metavar="SHARE",
+                   help="share of greedy requests shadowed, 0..1 (default 0.01, or "
+                        "`shadow_rate:`)")
     p.add_argument("--metrics-port", type=int, metavar="PORT",
                    help="serve the proxy's own metrics on 127.0.0.1:PORT")
     p.set_defaults(func=lambda args: cmd_proxy(args, config(args)))
@@ -93,6 +120,8 @@ def cmd_proxy(args: argparse.Namespace, config: Any) -> int:
     proxy_config = load_proxy_config(args.metadata, {
         "upstream": args.upstream, "listen": args.listen, "engine": args.engine,
         "routes.header": args.route_header, "routes.default": args.default_route,
+        "shadow_upstream": getattr(args, "shadow_upstream", None),
+        "shadow_rate": getattr(args, "shadow_rate", None),
     })
     host, port = listen_of(proxy_config.listen)
     logging.basicConfig(level=getattr(logging, config.log_level),
@@ -121,7 +150,10 @@ def cmd_proxy(args: argparse.Namespace, config: Any) -> int:
             start_http_server(args.metrics_port, addr="127.0.0.1", registry=registry)
         print(f"specwatch proxy on {server.url} -> {proxy_config.upstream} "
               f"(engine {proxy_config.engine}); telemetry to Kafka {kafka.bootstrap_servers} "
-              f"topic {topic}", file=sys.stderr, flush=True)
+              f"topic {topic}"
+              + (f"; shadowing {proxy_config.shadow_rate:g} of greedy requests to "
+                 f"{proxy_config.shadow_upstream}" if proxy_config.shadow_upstream else ""),
+              file=sys.stderr, flush=True)
         server.serve()
     finally:
         publisher.close(timeout=5.0)

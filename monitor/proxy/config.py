@@ -7,6 +7,9 @@ A YAML file (``--metadata FILE``), every key optional but ``models``::
     engine: llamacpp                     # auto | llamacpp | vllm | sglang | trtllm
     instance: pod-3                      # the events' `instance`
     request_id_prefix: "pod-3/"          # engine ids are unique per process at best
+    shadow_upstream: http://127.0.0.1:8081   # or --shadow-upstream: the same model, no speculation
+    shadow_rate: 0.01                    # or --shadow-rate: share of greedy requests shadowed
+    shadow_max_in_flight: 4              # more shadow requests at once are dropped, counted
     routes:
       header: X-Route                    # or --route-header; first rule that answers wins
       paths: {/code/: code-assistant}    # path prefix -> route (longest prefix wins)
@@ -162,10 +165,17 @@ class ProxyConfig(Frozen):
     read_timeout: Duration = 600.0
     # A non-streamed response body above this is passed on but not read for counters.
     max_response_bytes: int = Field(16 << 20, ge=1024)
+    # Losslessness: greedy requests also sent to this non-speculative upstream, in the
+    # background (monitor.proxy.shadow).
+    shadow_upstream: str | None = None
+    shadow_rate: float = Field(0.01, ge=0.0, le=1.0)
+    shadow_max_in_flight: int = Field(4, ge=1, le=1024)
 
-    @field_validator("upstream")
+    @field_validator("upstream", "shadow_upstream")
     @classmethod
-    def _http_url(cls, v: str) -> str:
+    def _http_url(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
         parts = urlsplit(v)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"want an http(s) URL such as http://127.0.0.1:8080, got {v!r}")

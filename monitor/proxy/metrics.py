@@ -45,6 +45,15 @@ class ProxyMetrics:
             "no_counters, unreadable, client_error.",
             ["reason"], registry=registry,
         )
+        self.shadow = Counter(
+            "specwatch_proxy_shadow_requests",
+            "Shadow requests to the non-speculative upstream (--shadow-upstream), by outcome: "
+            "published (its event went to the publisher), dropped (too many in flight), "
+            "failed (unreachable, timeout, error status, unreadable or speculating answer).",
+            ["outcome"], registry=registry,
+        )
+        for outcome in ("published", "dropped", "failed"):
+            self.shadow.labels(outcome=outcome)
         for reason in SKIP_REASONS:
             self.skipped.labels(reason=reason)
         for kind in ("completion", "other"):

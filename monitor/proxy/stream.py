@@ -8,11 +8,17 @@ llama.cpp carries ``timings``, vLLM's usage chunk ``usage`` and ``metrics``, SGL
 chunk the complete ``meta_info``, TensorRT-LLM's terminal choice ``speculative_decoding``).
 A gzip- or deflate-encoded body is decoded for reading; the client still gets the bytes the
 upstream sent.
+
+A stream's output text is added up too (chat ``delta.content`` and tool-call pieces,
+completions ``text``, llama.cpp ``content``, SGLang's cumulative ``text``) and put where a
+non-streamed response has it, for ``output_hash``; ``token_times`` holds the
+``perf_counter()`` of every event that added text, for the inter-token gaps (``itl_ms``).
 """
 
 from __future__ import annotations
 
 import zlib
+from time import perf_counter
 from typing import Any, Protocol
 
 import orjson
@@ -29,6 +35,9 @@ _FIRST_KEYS = ("id", "model")
 
 
 class BodyReader(Protocol):
+    # perf_counter() of each streamed event that added output text (empty when not a stream)
+    token_times: list[float]
+
     def feed(self, chunk: bytes) -> None: ...
 
     def result(self) -> Any:
@@ -39,10 +48,11 @@ class BodyReader(Protocol):
 class JsonBody:
     """A non-streamed body, kept up to ``limit`` bytes and decoded at the end."""
 
-    __slots__ = ("limit", "_parts", "_size")
+    __slots__ = ("limit", "_parts", "_size", "token_times")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
+        self.token_times: list[float] = []
         self._parts: list[bytes] = []
         self._size = 0
 
@@ -71,11 +81,13 @@ class SseBody:
     >>> r.feed(b'\\ndata: {"choices": [{"index": 0, "finish_reason": "stop"}], "timings": {"dr')
     >>> r.feed(b'aft_n": 6, "draft_n_accepted": 4}}\\n\\ndata: [DONE]\\n\\n')
     >>> out = r.result()
-    >>> out["id"], out["timings"], out["choices"]
-    ('c1', {'draft_n': 6, 'draft_n_accepted': 4}, [{'finish_reason': 'stop'}])
+    >>> out["id"], out["timings"], out["choices"], len(r.token_times)
+    ('c1', {'draft_n': 6, 'draft_n_accepted': 4}, [{'finish_reason': 'stop', \
+'message': {'content': 'Hi'}}], 1)
     """
 
-    __slots__ = ("limit", "_line", "_data", "_merged", "_choice", "_multi", "_error", "_broken")
+    __slots__ = ("limit", "_line", "_data", "_merged", "_choice", "_multi", "_error", "_broken",
+                 "_content", "_calls", "_text", "_top_content", "_top_text", "token_times")
 
     def __init__(self, limit: int = 4 << 20) -> None:
         self.limit = limit  # one event's data, at most
@@ -86,6 +98,12 @@ class SseBody:
         self._multi = False
         self._error: Any = None
         self._broken: str | None = None
+        self._content: list[str] | None = None  # chat: delta.content pieces
+        self._calls: dict[int, list[str]] = {}  # chat: tool call index -> name, arguments
+        self._text: list[str] | None = None  # completions: choices[0].text pieces
+        self._top_content: list[str] | None = None  # llama.cpp /completion: content pieces
+        self._top_text: str | None = None  # SGLang /generate: the text so far
+        self.token_times: list[float] = []
 
     def feed(self, chunk: bytes) -> None:
         if self._broken is not None:
@@ -140,12 +158,60 @@ class SseBody:
                 if choice.get("index", 0) != 0:
                     self._multi = True
                     continue
+                self._choice_text(choice)
                 for key in ("finish_reason", "speculative_decoding"):
                     value = choice.get(key)
                     if value is not None:
                         self._choice[key] = value
         elif obj.get("index", 0) != 0:  # SGLang /generate with n > 1
             self._multi = True
+        else:
+            content = obj.get("content")
+            if type(content) is str:
+                if self._top_content is None:
+                    self._top_content = []
+                if content:
+                    self._top_content.append(content)
+                    self.token_times.append(perf_counter())
+            text = obj.get("text")
+            if type(text) is str:
+                if len(text) > len(self._top_text or ""):
+                    self.token_times.append(perf_counter())
+                self._top_text = text
+
+    def _choice_text(self, choice: dict[str, Any]) -> None:
+        added = False
+        delta = choice.get("delta")
+        if type(delta) is dict:
+            if self._content is None:
+                self._content = []
+            content = delta.get("content")
+            if type(content) is str and content:
+                self._content.append(content)
+                added = True
+            calls = delta.get("tool_calls")
+            if type(calls) is list:
+                for call in calls:
+                    fn = call.get("function") if type(call) is dict else None
+                    if type(fn) is not dict:
+                        continue
+                    index = call.get("index", 0)
+                    parts = self._calls.setdefault(index if type(index) is int else 0,
+                                                   ["", ""])
+                    for i, key in enumerate(("name", "arguments")):
+                        piece = fn.get(key)
+                        if type(piece) is str and piece:
+                            parts[i] += piece
+                            added = True
+        text = choice.get("text")
+        if type(text) is str:
+            if self._text is None:
+                self._text = []
+            if text:
+                self._text.append(text)
+                added = True
+        if added:
+            self.token_times.append(perf_counter())
 
     def result(self) -> Any:
         if self._broken is not None:
@@ -154,8 +220,22 @@ class SseBody:
             self.feed(b"\n\n")
         self._dispatch()
         out = dict(self._merged)
-        if self._choice or self._multi:
-            out["choices"] = [self._choice, {"index": 1}] if self._multi else [self._choice]
+        choice = self._choice
+        if self._content is not None:
+            message: dict[str, Any] = {"content": "".join(self._content)}
+            if self._calls:
+                message["tool_calls"] = [
+                    {"index": i, "function": {"name": name, "arguments": args}}
+                    for i, (name, args) in sorted(self._calls.items())]
+            choice = {**choice, "message": message}
+        if self._text is not None:
+            choice = {**choice, "text": "".join(self._text)}
+        if choice or self._multi:
+            out["choices"] = [choice, {"index": 1}] if self._multi else [choice]
+        if self._top_content is not None:
+            out["content"] = "".join(self._top_content)
+        if self._top_text is not None:
+            out["text"] = self._top_text
         if self._error is not None:
             out["error"] = self._error
         return out
@@ -171,6 +251,10 @@ class _Decoded:
         # 47: gzip or zlib header, detected; deflate is sometimes sent raw (-15)
         self._z = zlib.decompressobj(47 if encoding == "gzip" else 15)
         self._failed: str | None = None
+
+    @property
+    def token_times(self) -> list[float]:  # type: ignore[override]
+        return self.inner.token_times
 
     def feed(self, chunk: bytes) -> None:
         if self._failed is not None:

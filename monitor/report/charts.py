@@ -36,6 +36,7 @@ RULE_COLOURS = {
     "below_breakeven": "#d62728", "acceptance_drop": "#ff7f0e", "acceptance_rise": "#17becf",
     "throughput_drop": "#bcbd22", "revision_mismatch": "#8c564b", "tokenizer_mismatch": "#e377c2",
     "memory_contention": "#7f7f7f", "telemetry_stale": "#1f77b4", "speculation_inactive": "#9467bd",
+    "output_mismatch": "#000000",
 }
 CHANGE_COLOUR = "#7f7f7f"
 POINT_COLOUR = "#9467bd"
@@ -244,11 +245,37 @@ def throughput_chart(view: PairView, report: RouteReport, prefix: str) -> str:
                            "tps")
 
 
+def outcome_chart(view: PairView, report: RouteReport, prefix: str) -> str:
+    """Per series and bucket: task success (solid) and, where requests report them, the
+    tool-call (dashed) and schema (dotted) validity rates."""
+    fig, ax = _figure()
+    end = _end(view, report)
+    _context(ax, view, end, labels=False)
+    for s in view.series:
+        (line,) = ax.plot(s.times, _nan(s.success_rate), linewidth=1.2,
+                          marker=_marker(s.times), markersize=3,
+                          label=svg_text(f"success {s.label}"))
+        for values, style, name in ((s.tool_calls_valid_rate, "--", "tool_calls_valid"),
+                                    (s.schema_valid_rate, ":", "schema_valid")):
+            if any(v is not None for v in values):
+                ax.plot(s.times, _nan(values), linewidth=1.0, linestyle=style,
+                        color=line.get_color(), label=svg_text(f"{name} {s.label}"))
+    ax.set_ylim(0.0, 1.02)
+    ax.set_ylabel("share of requests", fontsize=8)
+    _time_axis(ax, view.first, end)
+    ax.legend(fontsize=7, loc="best", framealpha=0.85)
+    return _render(fig, prefix)
+
+
 def pair_charts(view: PairView, report: RouteReport, index: int) -> dict[str, str]:
-    """The four SVGs of one pair, keyed acceptance, positions, ttft, throughput."""
-    return {
+    """The SVGs of one pair, keyed acceptance, positions, ttft, throughput, and outcome where
+    requests report a task outcome (without one, success is only 1 - error rate)."""
+    charts = {
         "acceptance": acceptance_chart(view, report, f"c{index}a-"),
         "positions": positions_chart(view, f"c{index}p-"),
         "ttft": ttft_chart(view, report, f"c{index}t-"),
         "throughput": throughput_chart(view, report, f"c{index}d-"),
     }
+    if view.outcome_reported:
+        charts["outcome"] = outcome_chart(view, report, f"c{index}o-")
+    return charts

@@ -31,6 +31,7 @@ def write_atomically(path: Path, content: str) -> None:
 
 def cmd_report(args: argparse.Namespace, config: Config) -> int:
     from monitor.changes import JudgeSettings
+    from monitor.gate import GateSettings
     from monitor.report.data import gather_report
     from monitor.report.html import render_html
     from monitor.store.store import Store
@@ -41,6 +42,8 @@ def cmd_report(args: argparse.Namespace, config: Config) -> int:
             store, args.route, since=args.since, until=args.until,
             granularity=args.granularity, default_cutoff=det.breakeven_cutoff,
             idle_after=det.idle_pair_resolve, changes=JudgeSettings.from_config(det),
+            price_per_gpu_hour=config.cost.price_per_gpu_hour,
+            gate=GateSettings.from_config(config.gate),
         )
     if report.empty:
         # No page at all: an empty report saved over last week's would look like a fix.

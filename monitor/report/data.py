@@ -3,8 +3,9 @@
 Sources, all per route:
 
 - ``Store.ratios`` at the chosen granularity: acceptance per series and bucket (exact counts).
-- ``Store.buckets``: the TTFT and decode-throughput sketches and per-position counts of the
-  same buckets, from which p50/p99 and the survival curve are read for any range.
+- ``Store.buckets``: the TTFT, decode-throughput and inter-token-gap sketches, per-position
+  counts and task outcome and GPU-second sums of the same buckets, from which p50/p99, the
+  survival curve, outcome rates and cost per successful task are read for any range.
 - ``Store.alerts``: ``acceptance_drop``/``acceptance_rise`` decisions (the change points).
 - ``store.alerting.episodes``: what the on-call saw, as spans.
 - The detector snapshots (``detect/route/...`` and ``detect/segment/...``): the current
@@ -34,6 +35,8 @@ from monitor.detect.ownership import ROUTE_PREFIX, SEGMENT_PREFIX
 from monitor.detect.report import recommendation_lines
 from monitor.detect.segments import Segment, key_id
 from monitor.exceptions import SpecwatchError
+from monitor.gate import GateJudgement, GateSettings
+from monitor.gate.listing import judge_experiments
 from monitor.jsonable import jsonable
 from monitor.store.query import RatioRow
 from monitor.store.report_queries import routes_with_series, state_sources
@@ -125,10 +128,22 @@ class SeriesView:
     accepted_tokens: int = 0
     verify_steps: int = 0
     per_position: list[int] = field(default_factory=list)
+    # Task outcome and cost: per bucket, and the range's buckets merged (docs/outcome-and-cost.md)
+    success_rate: list[float | None] = field(default_factory=list)
+    tool_calls_valid_rate: list[float | None] = field(default_factory=list)
+    schema_valid_rate: list[float | None] = field(default_factory=list)
+    outcome: BucketStats = field(default_factory=BucketStats)
 
     @property
     def first(self) -> datetime:
         return self.times[0]
+
+    @property
+    def outcome_reported(self) -> bool:
+        """Whether any request of the range reported a task outcome check."""
+        o = self.outcome
+        return bool(o.outcome_ok_reported or o.schema_valid_reported
+                    or o.tool_calls_valid_reported)
 
     @property
     def last(self) -> datetime:
@@ -225,6 +240,11 @@ class PairView:
         return min(s.first for s in self.series)
 
     @property
+    def outcome_reported(self) -> bool:
+        """Whether any series of the pair has requests reporting a task outcome check."""
+        return any(s.outcome_reported for s in self.series)
+
+    @property
     def last(self) -> datetime:
         return max(s.last for s in self.series)
 
@@ -242,6 +262,8 @@ class RouteReport:
     other_routes: list[str] = field(default_factory=list)  # when empty: what the range has
     notes: list[str] = field(default_factory=list)
     changes: list[ChangeJudgement] = field(default_factory=list)  # setup changes, judged
+    price_per_gpu_hour: float | None = None  # cost.price_per_gpu_hour: cost per success
+    gates: list[GateJudgement] = field(default_factory=list)  # experiments on the route, gated
 
     @property
     def empty(self) -> bool:
@@ -347,9 +369,14 @@ def _series_views(
         v.verify_steps += r.verify_steps
         b = stats.get((key, r.bucket_start))
         if b is None:  # written between the two reads: the counts above stand alone
-            for seq in (v.ttft_p50, v.ttft_p99, v.tps_p50, v.tps_p25):
+            for seq in (v.ttft_p50, v.ttft_p99, v.tps_p50, v.tps_p25, v.success_rate,
+                        v.tool_calls_valid_rate, v.schema_valid_rate):
                 seq.append(None)
             continue
+        v.success_rate.append(b.success_rate)
+        v.tool_calls_valid_rate.append(b.tool_calls_valid_rate)
+        v.schema_valid_rate.append(b.schema_valid_rate)
+        v.outcome.merge(b)
         ttft, tps = b.ttft_ms, b.decode_tps
         v.ttft_p50.append(ttft.quantile(0.5))
         v.ttft_p99.append(ttft.quantile(0.99))
@@ -505,6 +532,8 @@ def gather_report(
     idle_after: float = 1800.0,
     now: datetime | None = None,
     changes: JudgeSettings | None = None,
+    price_per_gpu_hour: float | None = None,
+    gate: GateSettings | None = None,
 ) -> RouteReport:
     """Read everything the report of ``route`` over ``[since, until)`` shows.
 
@@ -513,8 +542,11 @@ def gather_report(
     detector snapshot (the configuration's ``detection.breakeven_cutoff``). A segment whose
     last event is more than ``idle_after`` seconds older than the route's newest is marked
     idle. ``changes`` judges the route's setup changes in the range (window, minimum
-    effects: ``JudgeSettings.from_config``). The report is :attr:`RouteReport.empty` when the
-    route has no rows in the range.
+    effects: ``JudgeSettings.from_config``). ``price_per_gpu_hour``
+    (``cost.price_per_gpu_hour``) prices GPU-seconds: without it the report gives GPU-seconds
+    per successful task but no cost. ``gate`` (``GateSettings.from_config``) gates the
+    experiments with traffic on the route in the range. The report is
+    :attr:`RouteReport.empty` when the route has no rows in the range.
     """
     if granularity not in GRANULARITIES:
         raise ValueError(f"granularity must be one of {', '.join(GRANULARITIES)}")
@@ -528,7 +560,7 @@ def gather_report(
     if not rows:
         return RouteReport(route, since, until, gran, [], [], [], generated,
                            other_routes=[r for r in _other_routes(store, since, until)
-                                         if r != route])
+                                         if r != route], price_per_gpu_hour=price_per_gpu_hour)
     stats = store.buckets(granularity=gran, route=route, since=rows[0].bucket_start,
                           until=rows[-1].bucket_start + STEP[gran])
     series = _series_views(rows, stats)
@@ -551,4 +583,6 @@ def gather_report(
         ))
     judged = judge_changes(store, route=route, since=since, until=until, settings=changes)
     return RouteReport(route, since, until, gran, pairs, episodes, segments, generated,
-                       notes=notes, changes=judged)
+                       notes=notes, changes=judged, price_per_gpu_hour=price_per_gpu_hour,
+                       gates=judge_experiments(store, route=route, since=since, until=until,
+                                               settings=gate))

@@ -7,6 +7,7 @@ and :class:`KafkaWriter` send them on; :func:`register` adds ``specwatch simulat
 - :mod:`.profiles` routes and their calibration, :mod:`.acceptance` the acceptance math,
 - :mod:`.traffic` arrivals (daily cycle, bursts), :mod:`.model` per-request numbers,
 - :mod:`.incidents` and :mod:`.effects` incidents, :mod:`.noise` duplicates and late events,
+- :mod:`.experiment` A/B splits, :mod:`.v11` telemetry v1.1 fields (outcome, GPU time, hashes),
 - :mod:`.scenarios` named presets, :mod:`.writers` outputs, :mod:`.cli` the command.
 """
 
@@ -14,18 +15,31 @@ from monitor.simulate.cli import register
 from monitor.simulate.config import DEFAULT_START, SimulationConfig
 from monitor.simulate.durations import parse_duration, parse_time
 from monitor.simulate.exceptions import SimulationError
+from monitor.simulate.experiment import ARMS, ArmChange, Experiment
 from monitor.simulate.incidents import KINDS, Incident
-from monitor.simulate.profiles import DEFAULT_ROUTES, DraftModel, RouteProfile, TargetModel
+from monitor.simulate.profiles import (
+    DEFAULT_ROUTES,
+    EXPERIMENT_ROUTES,
+    JSON_TOOLS,
+    DraftModel,
+    RouteProfile,
+    TargetModel,
+)
 from monitor.simulate.scenarios import SCENARIOS, scenario_config
 from monitor.simulate.simulator import Simulator
 from monitor.simulate.writers import KafkaWriter, write_file
 
 __all__ = [
+    "ARMS",
     "DEFAULT_ROUTES",
+    "EXPERIMENT_ROUTES",
+    "JSON_TOOLS",
     "DEFAULT_START",
     "KINDS",
     "SCENARIOS",
+    "ArmChange",
     "DraftModel",
+    "Experiment",
     "Incident",
     "KafkaWriter",
     "RouteProfile",

@@ -10,13 +10,14 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from monitor.simulate.config import SimulationConfig
 from monitor.simulate.durations import format_time, parse_duration, parse_time
 from monitor.simulate.exceptions import SimulationError
 from monitor.simulate.incidents import KINDS, Incident
-from monitor.simulate.scenarios import SCENARIOS, scenario_config
+from monitor.simulate.scenarios import SCENARIOS, canonical_name, scenario_config
 from monitor.simulate.simulator import Simulator
 from monitor.simulate.writers import KafkaWriter, write_file
 
@@ -76,6 +77,7 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--scenario", default="default", choices=sorted(SCENARIOS),
+                   type=canonical_name,
                    help="preset routes, incidents and noise (default: %(default)s)")
     p.add_argument("--duration", type=_arg(parse_duration), default=None,
                    help="event time to cover, e.g. 90s, 30m, 6h, 1d (default: the scenario's); "
@@ -95,6 +97,12 @@ def register(subparsers: Any) -> None:
                    help="fraction of events emitted after later ones")
     p.add_argument("--late-max", type=_arg(parse_duration), default=None,
                    help="how late a late event can be, in event time (default: 5m)")
+    p.add_argument("--experiment", metavar="NAME", default=None,
+                   help="name of the A/B experiment of an experiment scenario "
+                        "(default: draft-v2)")
+    p.add_argument("--shadow", type=_fraction, default=None,
+                   help="fraction of greedy requests also sent to a non-speculative upstream "
+                        "(telemetry v1.1 scenarios)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--out", default=None,
                      help="JSON-lines file (.gz compresses), '-' for stdout (the default)")
@@ -199,7 +207,15 @@ def _config(args: argparse.Namespace) -> SimulationConfig:
     duration = args.duration
     if args.realtime:
         duration = None  # incidents are placed over the scenario's own length
+    if args.shadow is not None:
+        overrides["shadow"] = args.shadow
     config = scenario_config(args.scenario, duration, **overrides)
+    if args.experiment is not None:
+        if config.experiment is None:
+            raise SimulationError(
+                f"--experiment needs an experiment scenario; {args.scenario} has no A/B split"
+            )
+        config = config.with_(experiment=replace(config.experiment, name=args.experiment))
     if args.start is not None:
         config = config.with_(start=args.start)
     elif not args.realtime:

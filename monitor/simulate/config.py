@@ -9,7 +9,13 @@ from typing import Any
 
 from monitor.simulate.durations import parse_time
 from monitor.simulate.exceptions import SimulationError
-from monitor.simulate.incidents import ACCEPTANCE_FACTOR_KINDS, NEEDS_DRAFT, Incident
+from monitor.simulate.experiment import Experiment
+from monitor.simulate.incidents import (
+    ACCEPTANCE_FACTOR_KINDS,
+    NEEDS_DRAFT,
+    V11_KINDS,
+    Incident,
+)
 from monitor.simulate.profiles import DEFAULT_ROUTES, RouteProfile
 
 DEFAULT_START = "2026-11-02T00:00:00Z"  # a Monday at midnight UTC: the daily trough is 02:00
@@ -26,6 +32,13 @@ class SimulationConfig:
     starts. ``duplicates`` / ``late`` are fractions of events re-sent a few events later /
     emitted up to ``late_max`` seconds after their event time. ``error_rate`` is the
     baseline share of requests that end in error, timeout or cancellation.
+
+    Telemetry v1.1: ``v11`` adds ``tags``, ``outcome``, ``gpu_seconds``, ``itl_ms`` and, on
+    greedy routes, ``prompt_hash`` / ``output_hash``; ``experiment`` splits every request
+    between a baseline and a candidate arm; ``shadow`` is the share of greedy requests
+    also served by a non-speculative upstream (as ``specwatch proxy --shadow-upstream``
+    does), each one a second event with the same prompt hash and no ``spec``. Off by default,
+    so configs without them give the same events as before.
     """
 
     routes: tuple[RouteProfile, ...] = DEFAULT_ROUTES
@@ -42,6 +55,9 @@ class SimulationConfig:
     error_rate: float = 0.005
     timeout_ms: float = 60_000.0
     engine: str = "vllm"
+    v11: bool = False
+    experiment: Experiment | None = None
+    shadow: float = 0.0
     start_ts: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -86,7 +102,14 @@ class SimulationConfig:
             raise SimulationError("duration must be >= 0")
         if not self.rate > 0:
             raise SimulationError("rate must be > 0 events/s")
-        for name in ("duplicates", "late", "error_rate"):
+        if self.experiment is not None:
+            self.experiment.check_routes(
+                {r.name: r.acceptance for r in self.routes},
+                {r.name: r.outcomes for r in self.routes},
+            )
+        if (self.shadow or any(i.kind in V11_KINDS for i in self.incidents)) and not self.v11:
+            raise SimulationError("shadow requests and lossy_verifier need v1.1 fields (v11=True)")
+        for name in ("duplicates", "late", "error_rate", "shadow"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise SimulationError(f"{name} must be a fraction in [0, 1]")
         if not 0.0 <= self.diurnal < 1.0:

@@ -27,6 +27,7 @@ class Conditions:
     batch_mult: np.ndarray
     variant: np.ndarray  # index into RouteEffects.variants
     k: np.ndarray  # num_speculative_tokens of each request
+    mismatch: np.ndarray  # share of greedy speculative outputs that differ (lossy_verifier)
 
 
 class RouteEffects:
@@ -99,6 +100,7 @@ class RouteEffects:
             batch_mult=np.ones(n),
             variant=np.zeros(n, dtype=np.int64),
             k=np.full(n, self.route.num_speculative_tokens, dtype=np.int64),
+            mismatch=np.zeros(n),
         )
         for inc in self.incidents:
             active = (offsets >= inc.at_s) & (offsets < inc.end_s)
@@ -128,4 +130,6 @@ class RouteEffects:
                 c.slowdown[active] *= inc.param("slowdown")
             elif kind == "batch_surge":
                 c.batch_mult[active] *= inc.param("factor")
+            elif kind == "lossy_verifier":
+                c.mismatch[active] = np.maximum(c.mismatch[active], inc.param("share"))
         return c

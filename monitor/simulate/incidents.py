@@ -54,6 +54,11 @@ KINDS: dict[str, tuple[str, dict[str, Any]]] = {
         "running batch size x factor: throughput down, acceptance flat",
         {"factor": 3.0},
     ),
+    "lossy_verifier": (
+        "the verifier keeps some draft tokens unchecked: a share of greedy speculative outputs "
+        "differ from the target's (output_hash; needs v1.1 fields)",
+        {"share": 0.2},
+    ),
 }
 
 _FLOAT_PARAMS = {"factor", "acceptance", "slowdown", "share", "rate"}
@@ -65,6 +70,8 @@ MAX_ACCEPTANCE_FACTOR = 2.0
 MAX_DRAFT_LENGTH = 32
 # Kinds that act on the draft model: a draft-free route (n-gram) cannot have them.
 NEEDS_DRAFT = ("tokenizer_swap", "eviction", "draft_change")
+# Kinds seen only in telemetry v1.1 fields.
+V11_KINDS = ("lossy_verifier",)
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,8 @@ class Requests:
     batch_size: np.ndarray
     instance: np.ndarray
     k: np.ndarray  # num_speculative_tokens of each request
+    step_ms: np.ndarray  # one plain target decode step of this request
+    spec_cost: np.ndarray  # a speculative step costs step_ms x spec_cost
 
 
 def sample_requests(
@@ -150,4 +152,6 @@ def sample_requests(
         batch_size=batch.astype(np.int64),
         instance=instance,
         k=k,
+        step_ms=step_ms,
+        spec_cost=spec_cost,
     )

@@ -78,6 +78,11 @@ class RouteProfile:
     batch_mean: float = 12.0
     replicas: int = 4
     spec_params: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    # Telemetry v1.1 (emitted only when the simulation asks for v1.1 fields):
+    gpus: float = 1.0
+    reports_gpu_seconds: bool = True
+    outcomes: Mapping[str, float] = field(default_factory=dict, compare=False)
+    tags: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         if not self.name or len(self.name) > 128:
@@ -92,8 +97,35 @@ class RouteProfile:
             )
         if self.replicas < 1 or self.max_output < 1 or self.batch_mean < 0:
             raise SimulationError(f"{self.name}: replicas, max_output >= 1, batch_mean >= 0")
-        # A read-only copy, so a caller's dict can't change a frozen profile afterwards.
-        object.__setattr__(self, "spec_params", MappingProxyType(dict(self.spec_params)))
+        if not self.gpus > 0:
+            raise SimulationError(f"{self.name}: gpus must be > 0")
+        check_outcomes(self.name, self.outcomes)
+        # 16 labels at most per event, and shadow requests add one
+        if len(self.tags) > 15 or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in self.tags.items()
+        ):
+            raise SimulationError(f"{self.name}: tags are at most 15 string -> string labels")
+        # Read-only copies, so a caller's dict can't change a frozen profile afterwards.
+        for name in ("spec_params", "outcomes", "tags"):
+            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
+
+    def outcome_probability(self, name: str, outcomes: Mapping[str, float] | None = None) -> float:
+        """How often a request with status ``ok`` reports ``outcome.<name>`` true.
+
+        ``outcomes`` (default: the profile's) state ``schema_valid`` and ``tool_calls_valid``
+        as plain probabilities, tool calls valid only where the JSON is; ``ok`` is conditional
+        on the other reported outcomes being true (a task with a broken tool call failed).
+
+        >>> JSON_TOOLS.outcome_probability("tool_calls_valid")
+        0.97
+        >>> round(JSON_TOOLS.outcome_probability("ok"), 4)
+        0.9603
+        """
+        p = dict(self.outcomes if outcomes is None else outcomes)
+        if name != "ok":
+            return p[name]
+        valid = min((p[k] for k in ("schema_valid", "tool_calls_valid") if k in p), default=1.0)
+        return p["ok"] * valid
 
     def with_(self, **changes: Any) -> RouteProfile:
         """A copy with some fields changed."""
@@ -111,6 +143,20 @@ class RouteProfile:
         r = self.acceptance if acceptance is None else acceptance
         k = self.num_speculative_tokens
         return (1.0 + k * r) / (1.0 + k * self.draft_cost)
+
+
+OUTCOMES = ("ok", "schema_valid", "tool_calls_valid")
+
+
+def check_outcomes(where: str, outcomes: Mapping[str, float]) -> None:
+    """Outcome probabilities: known names, each in [0, 1], tool calls valid only on valid JSON."""
+    unknown = set(outcomes) - set(OUTCOMES)
+    if unknown:
+        raise SimulationError(f"{where}: unknown outcome(s) {sorted(unknown)}; known: {OUTCOMES}")
+    if not all(0.0 <= float(p) <= 1.0 for p in outcomes.values()):
+        raise SimulationError(f"{where}: outcome probabilities must be in [0, 1]")
+    if outcomes.get("tool_calls_valid", 0.0) > outcomes.get("schema_valid", 1.0):
+        raise SimulationError(f"{where}: tool_calls_valid cannot exceed schema_valid")
 
 
 _LLAMA70 = TargetModel("llama-3.1-70b-instruct", "2026-10-28", "llama3")
@@ -182,3 +228,39 @@ def foreign_draft(route: RouteProfile) -> DraftModel:
             pinned = route.draft.pinned_target_revision if route.draft else None
             return replace(draft, pinned_target_revision=pinned)
     raise AssertionError("FOREIGN_DRAFTS covers every tokenizer")  # pragma: no cover
+
+
+# A tool-calling route that must answer in JSON: the application checks the JSON against its
+# schema and the tool calls against the tool signatures. Structured output is predictable, so
+# a small draft of the same family accepts well.
+JSON_TOOLS = RouteProfile(
+    name="json-tools",
+    target=TargetModel("qwen2.5-72b-instruct", "2026-10-02", "qwen2"),
+    draft=DraftModel("qwen2.5-0.5b-instruct", "2026-09-19", "qwen2", "2026-10-02"),
+    method="draft_model", num_speculative_tokens=4, acceptance=0.72, concentration=35.0,
+    share=0.08, draft_cost=0.06, target_step_ms=32.0, prefill_ms_per_token=0.16,
+    output_median=120.0, output_sigma=0.6, max_output=1024, prompt_median=1800.0,
+    prompt_sigma=0.5, temperature=0.0, batch_mean=10.0, replicas=2, gpus=4.0,
+    outcomes={"schema_valid": 0.98, "tool_calls_valid": 0.97, "ok": 0.99},
+    tags={"task": "tools", "format": "json"},
+)
+
+# v1.1 settings of the default routes: GPUs per replica (tensor parallel), outcome
+# probabilities and tags. Code tasks pass their tests about 3 times in 4; creative writing has
+# no automatic verdict (no ``outcome``: status decides); translation does not report GPU
+# time, so the daemon's estimate is exercised there.
+_V11: dict[str, dict[str, Any]] = {
+    "code-assistant": {"gpus": 2.0, "outcomes": {"ok": 0.74}, "tags": {"task": "code"}},
+    "chat": {"gpus": 4.0, "outcomes": {"ok": 0.96}, "tags": {"task": "chat"}},
+    "summarize": {"gpus": 4.0, "outcomes": {"ok": 0.97}, "tags": {"task": "summarize"}},
+    "creative-writing": {"gpus": 4.0, "tags": {"task": "creative"}},
+    "translation": {
+        "gpus": 1.0, "reports_gpu_seconds": False, "outcomes": {"ok": 0.95},
+        "tags": {"task": "translate"},
+    },
+}
+
+EXPERIMENT_ROUTES: tuple[RouteProfile, ...] = (
+    *(r.with_(**_V11[r.name]) for r in DEFAULT_ROUTES),
+    JSON_TOOLS,
+)

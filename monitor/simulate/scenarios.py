@@ -11,7 +11,16 @@ from typing import Any
 from monitor.simulate.config import SimulationConfig
 from monitor.simulate.durations import format_duration
 from monitor.simulate.exceptions import SimulationError
+from monitor.simulate.experiment import draft_v2, null_experiment
 from monitor.simulate.incidents import Incident
+from monitor.simulate.profiles import EXPERIMENT_ROUTES
+
+# Telemetry v1.1 traffic: the default routes plus json-tools, default delivery noise, and a
+# few shadow requests so that losslessness has pairs to compare.
+_V11: tuple[tuple[str, Any], ...] = (
+    ("routes", EXPERIMENT_ROUTES), ("v11", True), ("shadow", 0.02),
+    ("duplicates", 0.001), ("late", 0.005), ("late_max", 60.0),
+)
 
 # (kind, route, start fraction, length fraction or None = to the end, extra "k=v" params)
 _Plan = tuple[tuple[str, str, float, float | None, str], ...]
@@ -101,8 +110,42 @@ SCENARIOS: dict[str, Scenario] = {
                 ("draft_length", "creative-writing", 0.84, 0.06, "k=5"),
             ),
         ),
+        Scenario(
+            "experiment",
+            "A/B split of every request (experiment draft-v2): the candidate draft accepts more "
+            "on code-assistant but breaks tool calls on json-tools (0.97 -> 0.85); "
+            "telemetry v1.1 fields, 2 % shadow requests",
+            3600.0,
+            settings=(*_V11, ("experiment", draft_v2())),
+        ),
+        Scenario(
+            "experiment-null",
+            "A/B split where both arms behave the same (no real difference); telemetry v1.1",
+            3600.0,
+            settings=(*_V11, ("experiment", null_experiment())),
+        ),
+        Scenario(
+            "experiment-pass",
+            "A/B split: the candidate draft accepts more on code-assistant and changes nothing "
+            "else; telemetry v1.1",
+            3600.0,
+            settings=(*_V11, ("experiment", draft_v2(breaks_tools=False))),
+        ),
+        Scenario(
+            "lossy-verifier",
+            "telemetry v1.1 with 5 % shadow requests; from 1/3 to 2/3 of the run the verifier "
+            "on code-assistant keeps unchecked drafts, so 20 % of its outputs differ",
+            3 * 3600.0,
+            incidents=(("lossy_verifier", "code-assistant", 1 / 3, 1 / 3, "share=0.2"),),
+            settings=(*_V11, ("shadow", 0.05)),
+        ),
     )
 }
+
+
+def canonical_name(name: str) -> str:
+    """Scenario names use hyphens; ``experiment_null`` is read as ``experiment-null``."""
+    return name.replace("_", "-")
 
 
 def scenario_config(
@@ -117,7 +160,7 @@ def scenario_config(
     tokenizer_swap:route=translation,at=24m,for=6m
     """
     try:
-        preset = SCENARIOS[name]
+        preset = SCENARIOS[canonical_name(name)]
     except KeyError:
         raise SimulationError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}") from None
     duration = preset.duration_s if duration_s is None else duration_s

@@ -11,13 +11,16 @@ from typing import Any
 
 import numpy as np
 
+from monitor.simulate import v11
 from monitor.simulate.config import SimulationConfig
 from monitor.simulate.durations import format_ts
-from monitor.simulate.effects import RouteEffects
+from monitor.simulate.effects import Conditions, RouteEffects
+from monitor.simulate.experiment import ARMS
 from monitor.simulate.model import STATUSES, Requests, sample_requests
 from monitor.simulate.noise import schedule
 from monitor.simulate.profiles import RouteProfile
 from monitor.simulate.traffic import Load
+from monitor.simulate.v11 import Draws
 
 _EVENTS_PER_CHUNK = 20_000  # big enough for numpy to pay off, small enough to start quickly
 
@@ -113,7 +116,8 @@ class Simulator:
         arrivals_rng, noise_rng = _rng(seed, "arrivals"), _rng(seed, "noise")
         routes, pod = [], 0
         for r in cfg.routes:
-            routes.append(_RouteState(r, RouteEffects(r, cfg.incidents, start), seed, pod))
+            effects = RouteEffects(r, cfg.incidents, start)
+            routes.append(_RouteState(r, effects, seed, pod, cfg, salt=prefix))
             pod += r.replicas  # each route has its own pods: pod-0.. for the first, and so on
         end = np.inf if duration_s is None else start + duration_s
         seq = 0
@@ -127,14 +131,23 @@ class Simulator:
             out_ts = start + (ts - start) / speed
             kept = np.ones(len(ts), dtype=bool)
             events: list[dict[str, Any]] = [{}] * len(ts)
+            twin_ts: list[np.ndarray] = []
+            twins: list[dict[str, Any]] = []
             for i, state in enumerate(routes):
                 where = np.flatnonzero(ridx == i)
                 keep, built = state.build(ts[where] - start, ratio[where], out_ts[where], cfg)
                 kept[where] = keep
                 for pos, event in zip(where[keep].tolist(), built, strict=True):
                     events[pos] = event
+                if state.twins:
+                    origin, delay, made = state.twins
+                    twin_ts.append(ts[where[keep][origin]] + delay)
+                    twins += made
             ts = ts[kept]
             events = [e for e, k in zip(events, kept.tolist(), strict=True) if k]
+            if twins:
+                ts, events = _merge_twins(ts, events, np.concatenate(twin_ts), twins, start,
+                                          end, speed)
             for n, event in enumerate(events, start=seq):
                 event["request_id"] = f"sim-{prefix}-{n:08d}"
 
@@ -154,11 +167,38 @@ class Simulator:
             t0 = t1
 
 
+def _merge_twins(
+    ts: np.ndarray,
+    events: list[dict[str, Any]],
+    twin_ts: np.ndarray,
+    twins: list[dict[str, Any]],
+    start: float,
+    end: float,
+    speed: float,
+) -> tuple[np.ndarray, list[dict[str, Any]]]:
+    """The chunk's events with the shadow twins that finish before the end, in ts order."""
+    inside = twin_ts < end  # a shadow still running when the simulation ends never reports
+    twin_ts = twin_ts[inside]
+    twins = [t for t, i in zip(twins, inside.tolist(), strict=True) if i]
+    for twin, text in zip(twins, format_ts(start + (twin_ts - start) / speed), strict=True):
+        twin["ts"] = text
+    merged_ts = np.concatenate([ts, twin_ts])
+    merged = events + twins
+    order = np.argsort(merged_ts, kind="stable")
+    return merged_ts[order], [merged[i] for i in order.tolist()]
+
+
 class _RouteState:
     """One route's generators, incident effects and event templates within a stream."""
 
     def __init__(
-        self, route: RouteProfile, effects: RouteEffects, seed: int, first_pod: int
+        self,
+        route: RouteProfile,
+        effects: RouteEffects,
+        seed: int,
+        first_pod: int,
+        cfg: SimulationConfig,
+        salt: str,
     ) -> None:
         self.route = route
         self.pods = [f"pod-{first_pod + i}" for i in range(route.replicas)]
@@ -166,17 +206,94 @@ class _RouteState:
         self.fixed = _rng(seed, "route", route.name, "fixed")
         self.chain = _rng(seed, "route", route.name, "chain")
         self.params = dict(route.spec_params)
+        # v1.1 and experiment draws come from streams of their own, created only when asked
+        # for, so a config without them gives the events it always gave.
+        self.v11_draws = _rng(seed, "route", route.name, "v11") if cfg.v11 else None
+        self.shadow = cfg.shadow
+        self.experiment = cfg.experiment
+        self.arms = _rng(seed, "route", route.name, "arm") if self.experiment else None
+        self.change = self.experiment.change(route.name) if self.experiment else None
+        self.salt = f"{seed}:{salt}"
+        self.served = 0  # requests drawn so far: a request's index, for its prompt
+        self.twins: tuple[np.ndarray, np.ndarray, list[dict[str, Any]]] | None = None
 
     def build(
         self, offsets: np.ndarray, load: np.ndarray, out_ts: np.ndarray, cfg: SimulationConfig
     ) -> tuple[np.ndarray, list[dict[str, Any]]]:
-        """Requests finishing at ``offsets``: which are kept (not silenced), and their events."""
-        cond = self.effects.conditions(offsets, self.fixed.random(len(offsets)))
+        """Requests finishing at ``offsets``: which are kept (not silenced), and their events.
+
+        Shadow twins of the kept events, if any, are left in ``twins``: positions of their
+        originals among the kept events, their delay after them in seconds, the events.
+        """
+        n = len(offsets)
+        cond = self.effects.conditions(offsets, self.fixed.random(n))
+        candidate = None
+        if self.arms is not None and self.experiment is not None and self.change is not None:
+            # drawn before the requests: the candidate's acceptance shapes their decode
+            candidate = self.arms.random(n) < self.experiment.candidate_share
+            cond.rate[candidate] *= self.change.acceptance_factor
         req = sample_requests(
             self.route, load, cond, cfg.error_rate, cfg.timeout_ms, self.fixed, self.chain
         )
         keep = cond.keep
-        return keep, self._events(req, cond.variant, cond.evicted, out_ts, keep, cfg.engine)
+        events = self._events(req, cond.variant, cond.evicted, out_ts, keep, cfg.engine, candidate)
+        self.twins = None
+        if self.v11_draws is not None:
+            self._add_v11(events, req, cond, candidate, keep, Draws.take(self.v11_draws, n))
+        self.served += n
+        return keep, events
+
+    def _add_v11(
+        self,
+        events: list[dict[str, Any]],
+        req: Requests,
+        cond: Conditions,
+        candidate: np.ndarray | None,
+        keep: np.ndarray,
+        draws: Draws,
+    ) -> None:
+        route = self.route
+        n = len(keep)
+        cand_outcomes = self.change.outcomes if self.change else {}
+        outcome = v11.outcomes(route, req, draws, candidate, cand_outcomes)
+        gpu = v11.gpu_seconds(route, req.e2e_ms, req.batch_size)
+        itl = v11.itl_ms(req, draws)
+        targets = [self.effects.variant(v)[0] for v in cond.variant.tolist()]
+        keys = range(self.served, self.served + n)
+        prompts, outputs, truths = v11.hashes(route, req, cond, draws, targets, keys, self.salt)
+        tags = dict(route.tags)
+        idx = np.flatnonzero(keep).tolist()
+        for event, i in zip(events, idx, strict=True):
+            if tags:
+                event["tags"] = dict(tags)
+            if outcome[i] is not None:
+                event["outcome"] = outcome[i]
+            if gpu[i] is not None:
+                event["gpu_seconds"] = gpu[i]
+            if itl[i] is not None:
+                event["itl_ms"] = itl[i]
+            if prompts[i] is not None:
+                event["prompt_hash"] = prompts[i]
+                event["output_hash"] = outputs[i]
+        if not self.shadow or route.temperature != 0:
+            return
+        shadowed = draws.shadowed(self.shadow) & (req.status == STATUSES.index("ok"))
+        origin = np.flatnonzero(shadowed[keep])
+        if not len(origin):
+            return
+        at = np.flatnonzero(keep)[origin]
+        # The shadow upstream got the request when the original did and decodes every token
+        # with one plain target step.
+        plain = np.round(req.ttft_ms[at] + req.output_tokens[at] * req.step_ms[at], 1)
+        plain = np.maximum(plain, req.ttft_ms[at])
+        delay = (plain - req.e2e_ms[at]) / 1000.0
+        made = [
+            v11.shadow_event(events[o], route, e2e, step, str(truths[i]),
+                             f"shadow-{i % route.replicas}")
+            for o, i, e2e, step in zip(origin.tolist(), at.tolist(), plain.tolist(),
+                                       req.step_ms[at].tolist(), strict=True)
+        ]
+        self.twins = (origin, delay, made)
 
     def _events(
         self,
@@ -186,22 +303,34 @@ class _RouteState:
         out_ts: np.ndarray,
         keep: np.ndarray,
         engine: str,
+        candidate: np.ndarray | None = None,
     ) -> list[dict[str, Any]]:
         route = self.route
         idx = np.flatnonzero(keep)
         if not len(idx):
             return []
+        arm = np.zeros(len(keep), dtype=np.int64) if candidate is None else candidate.astype(
+            np.int64
+        )
+        # one template per (metadata variant, arm): the candidate may serve another draft
         templates: dict[int, tuple[dict[str, str], dict[str, str] | None]] = {}
-        for v in np.unique(variant[idx]).tolist():
-            target_model, draft_model = self.effects.variant(v)
-            templates[v] = (target_model.as_dict(), draft_model.as_dict() if draft_model else None)
+        code = variant * 2 + arm
+        for c in np.unique(code[idx]).tolist():
+            target_model, draft_model = self.effects.variant(c // 2)
+            change = self.change
+            if (c % 2 and change is not None and change.draft is not None
+                    and draft_model is not None
+                    and draft_model.tokenizer == change.draft.tokenizer):
+                draft_model = change.draft
+            templates[c] = (target_model.as_dict(), draft_model.as_dict() if draft_model else None)
+        experiment = self.experiment
         has_draft = route.draft is not None
         method, params, temp = route.method, self.params, route.temperature
         pods = self.pods
         columns = zip(
             format_ts(out_ts[idx]),
             (STATUSES[s] for s in req.status[idx].tolist()),
-            variant[idx].tolist(),
+            code[idx].tolist(),
             req.drafted[idx].tolist(),
             req.accepted[idx].tolist(),
             req.verify_steps[idx].tolist(),
@@ -251,5 +380,7 @@ class _RouteState:
             event["temperature"] = temp
             if has_draft:
                 event["draft_evicted"] = was_evicted
+            if experiment is not None:
+                event["experiment"] = {"name": experiment.name, "arm": ARMS[v % 2]}
             events.append(event)
         return events

@@ -12,6 +12,7 @@ from monitor.change_record import ChangeRecord
 
 MINUTE = 60
 GRANULARITIES = {"minute": 60, "hour": 3600, "day": 86400}
+EXPERIMENT_BUCKET = GRANULARITIES["hour"]  # experiment_rollups are kept per hour
 
 
 @dataclass(slots=True)
@@ -46,6 +47,9 @@ class Checkpoint:
     holder)`` of baseline requests applied: all written with the state that decided them.
     ``changes`` are the setup changes detection created or updated since the last checkpoint
     (``Detection.drain_changes()``), upserted by (source, change_id) into ``setup_changes``.
+    ``experiments`` maps (experiment, arm, series, hour bucket start in Unix seconds) to the
+    statistics of the A/B experiment's events added since the last checkpoint (the same
+    events are in ``rollups`` too); merged into ``experiment_rollups``.
     """
 
     source: str
@@ -57,6 +61,7 @@ class Checkpoint:
     episodes: list[dict[str, Any]] = field(default_factory=list)
     applied_baselines: list[tuple[int, str]] = field(default_factory=list)
     changes: list[ChangeRecord] = field(default_factory=list)
+    experiments: dict[tuple[str, str, SeriesKey, int], BucketStats] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

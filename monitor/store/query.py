@@ -13,8 +13,10 @@ from typing import Any
 
 from sqlalchemy import Connection, Select, select
 
-from monitor.aggregate.bucket import COUNTERS, BucketStats
+from monitor.aggregate.bucket import COUNTERS, FLOATS, SKETCHES, BucketStats
+from monitor.aggregate.outcome import OutcomeRates, cost_per_success
 from monitor.aggregate.series import SeriesKey
+from monitor.aggregate.sketch import LogHistogram
 from monitor.store.checkpoint import GRANULARITIES
 from monitor.store.series_ids import series_key_of
 from monitor.store.tables import rollups_table, series_table
@@ -44,6 +46,28 @@ COLUMNS = (
     "verify_steps",
     "output_tokens",
     "mean_accepted_length",
+    # Task outcome and cost (telemetry v1.1): raw sums, then what is derived from them.
+    "successes",
+    "outcome_ok_reported",
+    "outcome_ok_true",
+    "schema_valid_reported",
+    "schema_valid_true",
+    "tool_calls_valid_reported",
+    "tool_calls_valid_true",
+    "gpu_reported_requests",
+    "gpu_seconds",
+    "gpu_seconds_sq",
+    "success_gpu_seconds",
+    "success_rate",
+    "ok_rate",
+    "schema_valid_rate",
+    "tool_calls_valid_rate",
+    "gpu_seconds_estimated_share",
+    "gpu_seconds_per_success",
+    "successes_per_gpu_second",
+    "cost_per_success",
+    "itl_p50_ms",
+    "itl_p99_ms",
 )
 # Absent when speculation was off; '' in the database, null in JSON.
 _OPTIONAL = frozenset({"draft_model", "draft_revision", "draft_tokenizer", "method"})
@@ -56,12 +80,38 @@ _RATIO_COUNTERS = (
     "accepted_tokens",
     "verify_steps",
     "output_tokens",
+    "successes",
+    "outcome_ok_reported",
+    "outcome_ok_true",
+    "schema_valid_reported",
+    "schema_valid_true",
+    "tool_calls_valid_reported",
+    "tool_calls_valid_true",
+    "gpu_reported_requests",
+    "gpu_seconds",
+    "gpu_seconds_sq",
+    "success_gpu_seconds",
 )
+# Derived values shown right-aligned in tables.
+_DERIVED = frozenset({
+    "acceptance_rate", "mean_accepted_length", "success_rate", "ok_rate", "schema_valid_rate",
+    "tool_calls_valid_rate", "gpu_seconds_estimated_share", "gpu_seconds_per_success",
+    "successes_per_gpu_second", "cost_per_success", "itl_p50_ms", "itl_p99_ms",
+})
 
 
 @dataclass(frozen=True, slots=True)
-class RatioRow:
-    """One series over one bucket: the counts behind the acceptance ratio."""
+class RatioRow(OutcomeRates):
+    """One series over one bucket: the counts behind the acceptance ratio, task outcome and
+    cost.
+
+    Outcome rates count only the requests that report that outcome (``None`` when none
+    does). ``gpu_seconds`` holds reported GPU time where events carry it and the pipeline's
+    estimate elsewhere; ``cost_per_success`` needs ``price_per_gpu_hour`` (the store's
+    reader passes ``cost.price_per_gpu_hour``). ``itl_p50_ms`` is the median over requests
+    of their own median inter-token gap, ``itl_p99_ms`` the 99th percentile over requests of
+    their own p99 gap (from the sketches; ``None`` when no request reported ``itl_ms``).
+    """
 
     bucket_start: datetime
     granularity: str
@@ -82,11 +132,31 @@ class RatioRow:
     accepted_tokens: int
     verify_steps: int
     output_tokens: int
+    successes: int = 0
+    outcome_ok_reported: int = 0
+    outcome_ok_true: int = 0
+    schema_valid_reported: int = 0
+    schema_valid_true: int = 0
+    tool_calls_valid_reported: int = 0
+    tool_calls_valid_true: int = 0
+    gpu_reported_requests: int = 0
+    gpu_seconds: float = 0.0
+    gpu_seconds_sq: float = 0.0
+    success_gpu_seconds: float = 0.0
+    itl_p50_ms: float | None = None
+    itl_p99_ms: float | None = None
+    price_per_gpu_hour: float | None = None
 
     @property
     def acceptance_rate(self) -> float | None:
         """accepted / drafted, token-weighted; ``None`` when nothing was drafted."""
         return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else None
+
+    @property
+    def cost_per_success(self) -> float | None:
+        """Cost per successful task at :attr:`price_per_gpu_hour` (``None``: no price, or no
+        success)."""
+        return cost_per_success(self.gpu_seconds_per_success, self.price_per_gpu_hour)
 
     @property
     def mean_accepted_length(self) -> float | None:
@@ -139,11 +209,20 @@ def ratio_rows(
     route: str | None,
     since: datetime | None,
     until: datetime | None,
+    price_per_gpu_hour: float | None = None,
 ) -> list[RatioRow]:
     r = rollups_table.c
-    stmt = select(r.bucket_start, *_KEY_COLUMNS, *(r[name] for name in _RATIO_COUNTERS))
+    stmt = select(r.bucket_start, *_KEY_COLUMNS, *(r[name] for name in _RATIO_COUNTERS),
+                  r.itl_p50_ms, r.itl_p99_ms)
     stmt = _filtered(stmt, granularity, route, since, until)
-    rows = [RatioRow(granularity=granularity, **row._asdict()) for row in conn.execute(stmt)]
+    rows = []
+    for row in conn.execute(stmt):
+        values = row._asdict()
+        for name, q in (("itl_p50_ms", 0.5), ("itl_p99_ms", 0.99)):
+            sketch = values[name]
+            values[name] = LogHistogram.from_json(sketch).quantile(q) if sketch else None
+        rows.append(RatioRow(granularity=granularity, price_per_gpu_hour=price_per_gpu_hour,
+                             **values))
     # Sorted here rather than in SQL: string order must not depend on the server's collation.
     rows.sort(key=RatioRow.sort_key)
     return rows
@@ -157,7 +236,7 @@ def bucket_rows(
     until: datetime | None,
 ) -> Iterator[tuple[SeriesKey, datetime, BucketStats]]:
     r = rollups_table.c
-    values = [r[name] for name in (*COUNTERS, "per_position", "ttft_ms", "e2e_ms", "decode_tps")]
+    values = [r[name] for name in (*COUNTERS, *FLOATS, "per_position", *SKETCHES)]
     stmt = select(r.bucket_start, *_KEY_COLUMNS, *values)
     stmt = _filtered(stmt, granularity, route, since, until)
     for row in conn.execute(stmt.order_by(r.bucket_start, r.series_id)):
@@ -232,8 +311,7 @@ def _table_value(row: RatioRow, name: str) -> str:
 
 def _table(rows: Sequence[RatioRow]) -> str:
     """Every field, headed by its name (``specwatch ratios --wide``)."""
-    numeric = {*_RATIO_COUNTERS, "num_speculative_tokens", "acceptance_rate"}
-    numeric.add("mean_accepted_length")
+    numeric = {*_RATIO_COUNTERS, "num_speculative_tokens", *_DERIVED}
     body = ([_table_value(r, c) for c in COLUMNS] for r in rows)
     return _aligned(COLUMNS, [c in numeric for c in COLUMNS], body)
 
@@ -313,8 +391,7 @@ def _field(name: str, heading: str | None = None) -> _Column:
             return "-"
         return f"{v:.3f}" if isinstance(v, float) else _display(_text_value(row, name))
 
-    numeric = name in _RATIO_COUNTERS or name in (
-        "num_speculative_tokens", "acceptance_rate", "mean_accepted_length")
+    numeric = name in _RATIO_COUNTERS or name in _DERIVED or name == "num_speculative_tokens"
     return _Column(heading or name, value, numeric=numeric)
 
 

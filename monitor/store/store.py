@@ -30,11 +30,18 @@ from monitor.store.db import (
     redact_url,
 )
 from monitor.store.exceptions import StoreUnavailableError
+from monitor.store.experiments import (
+    ExperimentStats,
+    ExperimentSummary,
+    read_experiment_stats,
+    read_experiments,
+)
 from monitor.store.query import RatioRow
 from monitor.store.series_ids import stored_series
 from monitor.store.tables import (
     alerts_table,
     dedup_table,
+    experiment_rollups_table,
     partitions_table,
     rollups_table,
     state_table,
@@ -48,7 +55,7 @@ COMMIT_ATTEMPTS = 4
 _DEADLOCK, _SERIALIZATION, _UNIQUE = "40P01", "40001", "23505"
 # A unique violation on these means another process inserted the same series or rollup row
 # between our read and our insert; on source_partitions it would be fencing (handled apart).
-_RACY_TABLES = frozenset({"series", "rollups"})
+_RACY_TABLES = frozenset({"series", "rollups", "experiment_rollups"})
 
 
 def _retryable(exc: DBAPIError) -> bool:
@@ -157,7 +164,9 @@ class Store:
             return
 
     def apply_retention(self, now: datetime, retention: Mapping[str, timedelta]) -> dict[str, int]:
-        """Delete rollup rows whose bucket starts before ``now - retention[granularity]``."""
+        """Delete rollup rows whose bucket starts before ``now - retention[granularity]``;
+        experiment rollups (hourly) go with the hour rows; the result counts them under
+        ``experiment_rollups`` when there were any."""
         query.check_range("minute", now, None)
         for gran in retention:
             if gran not in GRANULARITIES:
@@ -170,6 +179,12 @@ class Store:
                     c.granularity == gran, c.bucket_start < now - keep
                 )
                 deleted[gran] = conn.execute(stmt).rowcount
+            if "hour" in retention:
+                e = experiment_rollups_table.c
+                stmt = delete(experiment_rollups_table).where(
+                    e.bucket_start < now - retention["hour"])
+                if n := conn.execute(stmt).rowcount:
+                    deleted["experiment_rollups"] = n
         return deleted
 
     # --- reading ---------------------------------------------------------------------------
@@ -271,10 +286,13 @@ class Store:
         route: str | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
+        price_per_gpu_hour: float | None = None,
     ) -> list[RatioRow]:
-        """Ratio rows by bucket start, then series; ``since`` inclusive, ``until`` exclusive."""
+        """Ratio rows by bucket start, then series; ``since`` inclusive, ``until`` exclusive.
+        ``price_per_gpu_hour`` (``cost.price_per_gpu_hour``) prices their
+        ``cost_per_success``; without it that is ``None``."""
         with self._reader.connect() as conn:
-            return query.ratio_rows(conn, granularity, route, since, until)
+            return query.ratio_rows(conn, granularity, route, since, until, price_per_gpu_hour)
 
     def stats(
         self,
@@ -309,3 +327,21 @@ class Store:
                 (key, start): stats
                 for key, start, stats in query.bucket_rows(conn, granularity, route, since, until)
             }
+
+    def experiment_stats(
+        self,
+        experiment: str,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> list[ExperimentStats]:
+        """Per arm and series of ``experiment``, its hours in the range merged (``since``
+        inclusive, ``until`` exclusive, both on hour boundaries to be exact); sorted by arm,
+        then series. Empty when the experiment is unknown."""
+        query.check_range("hour", since, until)
+        with self._available("reading experiment"), self._reader.connect() as conn:
+            return read_experiment_stats(conn, experiment, since, until)
+
+    def experiments(self) -> list[ExperimentSummary]:
+        """Every experiment stored, by name: its arms, requests and first and last hour."""
+        with self._available("reading experiments"), self._reader.connect() as conn:
+            return read_experiments(conn)

@@ -23,6 +23,7 @@ from sqlalchemy import (
     String,
     Table,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -67,14 +68,14 @@ class Series(Base):
     last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
 
-class Rollup(Base):
-    """A :class:`~monitor.aggregate.bucket.BucketStats` of one series over one bucket."""
+class BucketColumns:
+    """The columns of one :class:`~monitor.aggregate.bucket.BucketStats` (``to_row()``).
 
-    __tablename__ = "rollups"
+    The task outcome and cost columns (telemetry v1.1, migration 0006) default to zero,
+    and their sketches to null (an empty sketch): rows written before them read back as
+    buckets where nothing was reported.
+    """
 
-    granularity: Mapped[str] = mapped_column(String(6), primary_key=True)
-    series_id: Mapped[int] = mapped_column(Integer, ForeignKey("series.id"), primary_key=True)
-    bucket_start: Mapped[datetime] = mapped_column(UTCDateTime(), primary_key=True)
     requests: Mapped[int] = mapped_column(BigInteger)
     errors: Mapped[int] = mapped_column(BigInteger)
     spec_requests: Mapped[int] = mapped_column(BigInteger)
@@ -91,8 +92,51 @@ class Rollup(Base):
     ttft_ms: Mapped[dict[str, Any]] = mapped_column(JSON)
     e2e_ms: Mapped[dict[str, Any]] = mapped_column(JSON)
     decode_tps: Mapped[dict[str, Any]] = mapped_column(JSON)
+    successes: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    outcome_ok_reported: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    outcome_ok_true: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    schema_valid_reported: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    schema_valid_true: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    tool_calls_valid_reported: Mapped[int] = mapped_column(
+        BigInteger, server_default=text("0"))
+    tool_calls_valid_true: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    gpu_reported_requests: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    gpu_seconds: Mapped[float] = mapped_column(Float, server_default=text("0"))
+    gpu_seconds_sq: Mapped[float] = mapped_column(Float, server_default=text("0"))
+    success_gpu_seconds: Mapped[float] = mapped_column(Float, server_default=text("0"))
+    itl_p50_ms: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    itl_p99_ms: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+
+
+class Rollup(BucketColumns, Base):
+    """A :class:`~monitor.aggregate.bucket.BucketStats` of one series over one bucket."""
+
+    __tablename__ = "rollups"
+
+    granularity: Mapped[str] = mapped_column(String(6), primary_key=True)
+    series_id: Mapped[int] = mapped_column(Integer, ForeignKey("series.id"), primary_key=True)
+    bucket_start: Mapped[datetime] = mapped_column(UTCDateTime(), primary_key=True)
 
     __table_args__ = (Index(None, "granularity", "bucket_start"),)
+
+
+class ExperimentRollup(BucketColumns, Base):
+    """The statistics of one series on one arm of one A/B experiment over one hour.
+
+    Experiment and arm names are unbounded Unicode: their sha256 hashes (of the name, and
+    of the arm) carry the key, as ``series.key_hash`` does.
+    """
+
+    __tablename__ = "experiment_rollups"
+
+    experiment_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    arm_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    series_id: Mapped[int] = mapped_column(Integer, ForeignKey("series.id"), primary_key=True)
+    bucket_start: Mapped[datetime] = mapped_column(UTCDateTime(), primary_key=True)
+    experiment: Mapped[str] = mapped_column(SafeText())
+    arm: Mapped[str] = mapped_column(SafeText())
+
+    __table_args__ = (Index(None, "bucket_start"),)
 
 
 class SourcePartition(Base):
@@ -342,3 +386,4 @@ class SetupChange(Base):
 
 
 setup_changes_table: Table = SetupChange.__table__  # type: ignore[assignment]
+experiment_rollups_table: Table = ExperimentRollup.__table__  # type: ignore[assignment]

@@ -17,6 +17,7 @@ from monitor.store.alerting import write_alerting
 from monitor.store.changes import write_changes
 from monitor.store.checkpoint import GRANULARITIES, Checkpoint, PartitionCommit
 from monitor.store.exceptions import FencedError
+from monitor.store.experiments import hour_of, write_experiments
 from monitor.store.series_ids import chunks, dialect_insert, resolve_series
 from monitor.store.tables import (
     alerts_table,
@@ -139,6 +140,18 @@ def spans(rollups: Mapping[tuple[SeriesKey, int], BucketStats]) -> dict[SeriesKe
     return {k: (utc(lo[k]), utc(hi[k])) for k in lo}
 
 
+def _all_spans(cp: Checkpoint) -> dict[SeriesKey, tuple]:
+    """:func:`spans` of the rollups, plus any series only an experiment delta names (the
+    pipeline puts every experiment event in the rollups too; a hand-built checkpoint may
+    not)."""
+    out = spans(cp.rollups)
+    for _, _, key, ts in cp.experiments:
+        if key not in out:
+            hour = utc(hour_of(ts))
+            out[key] = (hour, hour)
+    return out
+
+
 _C = rollups_table.c
 _UPDATE_ROLLUP = update(rollups_table).where(
     _C.granularity == bindparam("b_granularity"),
@@ -249,9 +262,11 @@ def write_checkpoint(
     fence(conn, cp.source, cp.partitions, now)
     write_dedup(conn, cp.source, cp.partitions)
     ids: dict[SeriesKey, int] = {}
-    if cp.rollups:
-        ids = resolve_series(conn, spans(cp.rollups), known_ids)
+    if cp.rollups or cp.experiments:
+        ids = resolve_series(conn, _all_spans(cp), known_ids)
         merge_rollups(conn, fold(cp.rollups), ids)
+        if cp.experiments:
+            write_experiments(conn, cp.experiments, ids, utc)
     upsert_state(conn, state)
     write_alerts(conn, cp.source, cp.alerts, now)
     write_changes(conn, cp.source, cp.changes)

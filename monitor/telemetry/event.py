@@ -43,10 +43,30 @@ class Event:
     engine: str | None = None
     draft_evicted: bool = False
     temperature: float | None = None
+    # Telemetry v1.1 (all optional; see the spec's "Optional fields added in v1.1").
+    tags: dict[str, str] | None = None
+    outcome_ok: bool | None = None  # outcome.ok; None: not reported (never "false")
+    outcome_schema_valid: bool | None = None
+    outcome_tool_calls_valid: bool | None = None
+    experiment_name: str | None = None
+    experiment_arm: str | None = None
+    itl_p50_ms: float | None = None
+    itl_p99_ms: float | None = None
+    itl_max_ms: float | None = None
+    gpu_seconds: float | None = None  # as reported; the pipeline estimates it where absent
+    prompt_hash: str | None = None
+    output_hash: str | None = None
+    gpu_estimated: bool = False  # set by the pipeline, never parsed: gpu_seconds is its estimate
 
     @property
     def is_error(self) -> bool:
         return self.status != "ok"
+
+    @property
+    def success(self) -> bool:
+        """A successful task (spec v1.1): ``outcome.ok`` where reported, else status ``ok``."""
+        ok = self.outcome_ok
+        return self.status == "ok" if ok is None else ok
 
     @property
     def decode_throughput(self) -> float | None:

@@ -32,7 +32,9 @@ MAX_ID_CHARS = 128  # request_id, route
 MAX_NAME_CHARS = 256  # model names, revisions, tokenizers and the other descriptive strings
 MAX_SPEC_TOKENS = 64
 MAX_COUNT = 10**9  # token counts and the like; anything above is a producer bug, not traffic
-MAX_MS = 1e10  # ~116 days
+MAX_MS = 1e10  # ~116 days; also the bound of the other non-negative numbers
+MAX_TAGS = 16
+MAX_HASH_CHARS = 128  # prompt_hash, output_hash
 TS_MIN = 946684800.0  # 2000-01-01T00:00:00Z
 TS_MAX = 4102444800.0  # 2100-01-01T00:00:00Z, exclusive
 
@@ -56,8 +58,18 @@ _EVENT_ORDER = (
     "prompt_tokens", "ttft_ms", "batch_size", "instance", "engine", "draft_evicted",
     "temperature",
 )  # fmt: skip
-if tuple(f.name for f in fields(Event))[: len(_EVENT_ORDER)] != _EVENT_ORDER:
-    raise ImportError("Event fields changed order; update event_from_obj in telemetry/parse.py")
+# The v1.1 fields are set by name, and only on events that carry any: in CPython 3.11 twelve
+# more arguments to Event() cost ~0.5 us per event (~8% of a fast-path parse), measured, and
+# most traffic has none of them.
+_V11_FIELDS = (
+    "tags", "outcome_ok", "outcome_schema_valid", "outcome_tool_calls_valid", "experiment_name",
+    "experiment_arm", "itl_p50_ms", "itl_p99_ms", "itl_max_ms", "gpu_seconds", "prompt_hash",
+    "output_hash",
+)  # fmt: skip
+_names = tuple(f.name for f in fields(Event))
+if _names[: len(_EVENT_ORDER)] != _EVENT_ORDER or not set(_V11_FIELDS) <= set(_names):
+    raise ImportError("Event fields changed; update event_from_obj in telemetry/parse.py")
+del _names
 
 
 class Parser:
@@ -397,12 +409,129 @@ def event_from_obj(obj: object) -> Event:
         elif kind is not float or not 0.0 <= temperature <= MAX_MS:
             raise InvalidEvent(_number_problem("temperature", temperature, MAX_MS))
 
-    return Event(
+    event = Event(
         request_id, ts, route, status, target_model, target_revision, target_tokenizer,
         output_tokens, e2e_ms, draft_model, draft_revision, draft_tokenizer, pinned, has_spec,
         nst, drafted, accepted, verify_steps, per_position, method, prompt_tokens, ttft_ms,
         batch_size, instance, engine, draft_evicted, temperature,
     )  # fmt: skip
+    if (
+        "tags" in obj or "outcome" in obj or "experiment" in obj or "itl_ms" in obj
+        or "gpu_seconds" in obj or "prompt_hash" in obj or "output_hash" in obj
+    ):  # fmt: skip
+        _read_v11(event, get)
+    return event
+
+
+def _read_v11(event: Event, get: Any) -> None:
+    """Validate the telemetry v1.1 fields (``get`` is the event dict's) and set them on
+    ``event``; raises ``InvalidEvent`` naming the first problem, in the spec's field order.
+
+    Unknown keys inside ``outcome``, ``experiment`` and ``itl_ms`` are ignored, as everywhere
+    else in the contract (a newer producer may add some). ``p50 <= p99 <= max`` is not
+    checked: producers that take quantiles from a sketch (DDSketch-like) may report a p99 a
+    rounding error above the exactly tracked max, and the event's outcome, GPU time and
+    hashes must not be dead-lettered for that; each quantile feeds its own histogram.
+
+    >>> e = Event("r", 1e9, "chat", "ok", "m", "1", "t", 0, 0.0)
+    >>> _read_v11(e, {"outcome": {"ok": False}, "gpu_seconds": 2}.get)
+    >>> e.outcome_ok, e.outcome_schema_valid, e.gpu_seconds
+    (False, None, 2.0)
+    """
+    tags = get("tags")
+    if tags is not None:
+        if type(tags) is not dict:
+            raise InvalidEvent(_object_problem("tags", tags))
+        if len(tags) > MAX_TAGS:
+            raise InvalidEvent(f"tags has {len(tags)} keys, at most {MAX_TAGS} allowed")
+        for key, value in tags.items():
+            if not 0 < len(key) <= MAX_NAME_CHARS:
+                raise InvalidEvent(
+                    f"tags key {_short(key)} must be 1..{MAX_NAME_CHARS} characters"
+                    f" (got {len(key)})"
+                )
+            if type(value) is not str:
+                raise InvalidEvent(f"tags[{_short(key)}] must be a string (got {_show(value)})")
+            if len(value) > MAX_NAME_CHARS:
+                raise InvalidEvent(_str_problem(f"tags[{_short(key)}]", value, 0))
+        event.tags = dict(tags)  # the caller's dict may change later; ours may not
+    outcome = get("outcome")
+    if outcome is not None:
+        if type(outcome) is not dict:
+            raise InvalidEvent(_object_problem("outcome", outcome))
+        oget = outcome.get
+        outcome_ok = oget("ok")
+        if outcome_ok is not None and type(outcome_ok) is not bool:
+            raise InvalidEvent(_bool_problem("outcome.ok", outcome_ok))
+        outcome_schema_valid = oget("schema_valid")
+        if outcome_schema_valid is not None and type(outcome_schema_valid) is not bool:
+            raise InvalidEvent(_bool_problem("outcome.schema_valid", outcome_schema_valid))
+        outcome_tool_calls_valid = oget("tool_calls_valid")
+        if outcome_tool_calls_valid is not None and type(outcome_tool_calls_valid) is not bool:
+            raise InvalidEvent(
+                _bool_problem("outcome.tool_calls_valid", outcome_tool_calls_valid)
+            )
+        event.outcome_ok = outcome_ok
+        event.outcome_schema_valid = outcome_schema_valid
+        event.outcome_tool_calls_valid = outcome_tool_calls_valid
+    experiment = get("experiment")
+    if experiment is not None:
+        if type(experiment) is not dict:
+            raise InvalidEvent(_object_problem("experiment", experiment))
+        experiment_name = experiment.get("name")
+        if type(experiment_name) is not str or not 0 < len(experiment_name) <= MAX_NAME_CHARS:
+            raise InvalidEvent(_str_problem("experiment.name", experiment_name, MAX_NAME_CHARS))
+        experiment_arm = experiment.get("arm")
+        if type(experiment_arm) is not str or not 0 < len(experiment_arm) <= MAX_NAME_CHARS:
+            raise InvalidEvent(_str_problem("experiment.arm", experiment_arm, MAX_NAME_CHARS))
+        event.experiment_name = experiment_name
+        event.experiment_arm = experiment_arm
+    itl = get("itl_ms")
+    if itl is not None:
+        if type(itl) is not dict:
+            raise InvalidEvent(_object_problem("itl_ms", itl))
+        iget = itl.get
+        itl_p50 = iget("p50")
+        kind = type(itl_p50)
+        if kind is int and 0 <= itl_p50 <= MAX_MS:
+            itl_p50 = float(itl_p50)
+        elif kind is not float or not 0.0 <= itl_p50 <= MAX_MS:
+            raise InvalidEvent(_number_problem("itl_ms.p50", itl_p50, MAX_MS))
+        itl_p99 = iget("p99")
+        kind = type(itl_p99)
+        if kind is int and 0 <= itl_p99 <= MAX_MS:
+            itl_p99 = float(itl_p99)
+        elif kind is not float or not 0.0 <= itl_p99 <= MAX_MS:
+            raise InvalidEvent(_number_problem("itl_ms.p99", itl_p99, MAX_MS))
+        itl_max = iget("max")
+        kind = type(itl_max)
+        if kind is int and 0 <= itl_max <= MAX_MS:
+            itl_max = float(itl_max)
+        elif kind is not float or not 0.0 <= itl_max <= MAX_MS:
+            raise InvalidEvent(_number_problem("itl_ms.max", itl_max, MAX_MS))
+        event.itl_p50_ms = itl_p50
+        event.itl_p99_ms = itl_p99
+        event.itl_max_ms = itl_max
+    gpu_seconds = get("gpu_seconds")
+    if gpu_seconds is not None:
+        kind = type(gpu_seconds)
+        if kind is int and 0 <= gpu_seconds <= MAX_MS:
+            gpu_seconds = float(gpu_seconds)
+        elif kind is not float or not 0.0 <= gpu_seconds <= MAX_MS:
+            raise InvalidEvent(_number_problem("gpu_seconds", gpu_seconds, MAX_MS))
+        event.gpu_seconds = gpu_seconds
+    prompt_hash = get("prompt_hash")
+    if prompt_hash is not None and (
+        type(prompt_hash) is not str or not 0 < len(prompt_hash) <= MAX_HASH_CHARS
+    ):
+        raise InvalidEvent(_str_problem("prompt_hash", prompt_hash, MAX_HASH_CHARS))
+    output_hash = get("output_hash")
+    if output_hash is not None and (
+        type(output_hash) is not str or not 0 < len(output_hash) <= MAX_HASH_CHARS
+    ):
+        raise InvalidEvent(_str_problem("output_hash", output_hash, MAX_HASH_CHARS))
+    event.prompt_hash = prompt_hash
+    event.output_hash = output_hash
 
 
 # --- fast path ------------------------------------------------------------------------------
@@ -502,13 +631,42 @@ def _fast_event(raw: RawEvent) -> Event | None:
         draft_evicted = False
 
     target = raw.target
-    return Event(
+    event = Event(
         raw.request_id, ts, raw.route, status, target.model, target.revision, target.tokenizer,
         raw.output_tokens, e2e_ms, draft_model, draft_revision, draft_tokenizer, pinned,
         has_spec, nst, drafted, accepted, verify_steps, per_position, method,
         raw.prompt_tokens, ttft_ms, raw.batch_size, raw.instance, raw.engine, draft_evicted,
         raw.temperature,
     )  # fmt: skip
+    if (
+        raw.tags is not None or raw.outcome is not None or raw.experiment is not None
+        or raw.itl_ms is not None or raw.gpu_seconds is not None or raw.prompt_hash is not None
+        or raw.output_hash is not None
+    ):  # fmt: skip
+        _fast_v11(event, raw)
+    return event
+
+
+def _fast_v11(event: Event, raw: RawEvent) -> None:
+    """Copy the v1.1 fields msgspec decoded (and checked: no rule here crosses fields)."""
+    event.tags = raw.tags
+    outcome = raw.outcome
+    if outcome is not None:
+        event.outcome_ok = outcome.ok
+        event.outcome_schema_valid = outcome.schema_valid
+        event.outcome_tool_calls_valid = outcome.tool_calls_valid
+    experiment = raw.experiment
+    if experiment is not None:
+        event.experiment_name = experiment.name
+        event.experiment_arm = experiment.arm
+    itl = raw.itl_ms
+    if itl is not None:
+        event.itl_p50_ms = itl.p50
+        event.itl_p99_ms = itl.p99
+        event.itl_max_ms = itl.max
+    event.gpu_seconds = raw.gpu_seconds
+    event.prompt_hash = raw.prompt_hash
+    event.output_hash = raw.output_hash
 
 
 _INT_LOW = -(2**63)  # orjson reads integers outside [-2**63, 2**64) as floats
@@ -628,6 +786,10 @@ def _show(value: object) -> str:
     if type(value) is bool:
         return f"boolean {'true' if value else 'false'}"
     return f"{_kind(value)} {_short(value)}"
+
+
+def _bool_problem(path: str, value: object) -> str:
+    return f"{path} must be a boolean or null (got {_show(value)})"
 
 
 def _object_problem(path: str, value: object) -> str:

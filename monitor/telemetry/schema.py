@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-__all__ = ["Draft", "RawEvent", "Spec", "Target", "decode_message"]
+__all__ = ["Draft", "Experiment", "Itl", "Outcome", "RawEvent", "Spec", "Target", "decode_message"]
 
 # Keep in step with the limits in parse.py (test_fast_parse.py checks they agree).
 MAX_ID_CHARS = 128
@@ -25,12 +25,19 @@ MAX_NAME_CHARS = 256
 MAX_SPEC_TOKENS = 64
 MAX_COUNT = 10**9
 MAX_MS = 1e10
+MAX_TAGS = 16
+MAX_HASH_CHARS = 128
 
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_CHARS)]
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_CHARS)]
 OptName = Annotated[str, msgspec.Meta(max_length=MAX_NAME_CHARS)] | None
 Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
 Ms = Annotated[float, msgspec.Meta(ge=0.0, le=MAX_MS)]
+Hash = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_HASH_CHARS)]
+Tags = Annotated[
+    dict[Name, Annotated[str, msgspec.Meta(max_length=MAX_NAME_CHARS)]],
+    msgspec.Meta(max_length=MAX_TAGS),
+]
 
 
 class Target(msgspec.Struct, forbid_unknown_fields=True, gc=False):
@@ -58,6 +65,23 @@ class Spec(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     params: dict[str, Any] | None = None
 
 
+class Outcome(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    ok: bool | None = None
+    schema_valid: bool | None = None
+    tool_calls_valid: bool | None = None
+
+
+class Experiment(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    name: Name
+    arm: Name
+
+
+class Itl(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    p50: Ms
+    p99: Ms
+    max: Ms
+
+
 class RawEvent(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     request_id: Id
     ts: str | int | float
@@ -75,6 +99,14 @@ class RawEvent(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     engine: OptName = None
     draft_evicted: bool | None = None
     temperature: Ms | None = None
+    # v1.1; absent in most traffic, where they cost msgspec next to nothing
+    tags: Tags | None = None
+    outcome: Outcome | None = None
+    experiment: Experiment | None = None
+    itl_ms: Itl | None = None
+    gpu_seconds: Ms | None = None
+    prompt_hash: Hash | None = None
+    output_hash: Hash | None = None
 
 
 decode_message = msgspec.json.Decoder(list[RawEvent] | RawEvent).decode

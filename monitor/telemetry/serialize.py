@@ -1,8 +1,12 @@
-"""Events back to telemetry v1 dicts (for dead letters, adapters and tests)."""
+"""Events back to telemetry v1 dicts (for dead letters, adapters and tests).
+
+Optional fields, v1.1 ones included, are written only when set, so output of events that do
+not use them stays byte-identical to what v1.0 producers wrote.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -49,6 +53,73 @@ def spec_block(
     return spec
 
 
+def v11_fields(
+    event: dict[str, Any],
+    *,
+    tags: Mapping[str, str] | None = None,
+    outcome_ok: bool | None = None,
+    outcome_schema_valid: bool | None = None,
+    outcome_tool_calls_valid: bool | None = None,
+    experiment_name: str | None = None,
+    experiment_arm: str | None = None,
+    itl_p50_ms: float | None = None,
+    itl_p99_ms: float | None = None,
+    itl_max_ms: float | None = None,
+    gpu_seconds: float | None = None,
+    prompt_hash: str | None = None,
+    output_hash: str | None = None,
+) -> dict[str, Any]:
+    """Add the telemetry v1.1 fields that are set (not None) to ``event``; returns ``event``.
+
+    Keyword names are the ``Event`` fields. An ``outcome`` object holds only the verdicts
+    that are known (absent means unknown, never false). ``experiment`` needs both name and
+    arm and ``itl_ms`` all three quantiles: a half-set one is a producer bug, raised here
+    rather than dead-lettered later. Values are written as given (no rounding): this is
+    also the inverse of the parser, and round trips must be exact.
+
+    >>> v11_fields({}, outcome_ok=True, experiment_name="e1", experiment_arm="candidate")
+    {'outcome': {'ok': True}, 'experiment': {'name': 'e1', 'arm': 'candidate'}}
+    >>> v11_fields({}, itl_p50_ms=10.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: itl_ms needs p50, p99 and max (got p50=10.0, p99=None, max=None)
+    """
+    if tags is not None:
+        event["tags"] = dict(tags)
+    if outcome_ok is not None or outcome_schema_valid is not None or (
+        outcome_tool_calls_valid is not None
+    ):
+        outcome: dict[str, bool] = {}
+        if outcome_ok is not None:
+            outcome["ok"] = outcome_ok
+        if outcome_schema_valid is not None:
+            outcome["schema_valid"] = outcome_schema_valid
+        if outcome_tool_calls_valid is not None:
+            outcome["tool_calls_valid"] = outcome_tool_calls_valid
+        event["outcome"] = outcome
+    if experiment_name is not None or experiment_arm is not None:
+        if experiment_name is None or experiment_arm is None:
+            raise ValueError(
+                f"experiment needs name and arm (got name={experiment_name!r},"
+                f" arm={experiment_arm!r})"
+            )
+        event["experiment"] = {"name": experiment_name, "arm": experiment_arm}
+    if itl_p50_ms is not None or itl_p99_ms is not None or itl_max_ms is not None:
+        if itl_p50_ms is None or itl_p99_ms is None or itl_max_ms is None:
+            raise ValueError(
+                f"itl_ms needs p50, p99 and max (got p50={itl_p50_ms}, p99={itl_p99_ms},"
+                f" max={itl_max_ms})"
+            )
+        event["itl_ms"] = {"p50": itl_p50_ms, "p99": itl_p99_ms, "max": itl_max_ms}
+    if gpu_seconds is not None:
+        event["gpu_seconds"] = gpu_seconds
+    if prompt_hash is not None:
+        event["prompt_hash"] = prompt_hash
+    if output_hash is not None:
+        event["output_hash"] = output_hash
+    return event
+
+
 def request_tail(
     event: dict[str, Any],
     *,
@@ -59,12 +130,30 @@ def request_tail(
     temperature: float | None = None,
     instance: str | None = None,
     engine: str | None = None,
+    tags: Mapping[str, str] | None = None,
+    outcome_ok: bool | None = None,
+    outcome_schema_valid: bool | None = None,
+    outcome_tool_calls_valid: bool | None = None,
+    experiment_name: str | None = None,
+    experiment_arm: str | None = None,
+    itl_p50_ms: float | None = None,
+    itl_p99_ms: float | None = None,
+    itl_max_ms: float | None = None,
+    gpu_seconds: float | None = None,
+    prompt_hash: str | None = None,
+    output_hash: str | None = None,
 ) -> dict[str, Any]:
     """Add the request's token counts, latencies and origin to ``event`` (every builder of
     telemetry v1 ends the same way); returns ``event``.
 
+    The keywords after ``engine`` are the v1.1 fields, as in ``v11_fields`` (written after
+    ``engine``, only when set, so v1.0 output is unchanged). Latencies are rounded, the
+    v1.1 values are not (``proxy.event.itl_block`` rounds its quantiles itself).
+
     >>> request_tail({}, output_tokens=3, e2e_ms=0.1 + 0.2, engine="x")
     {'output_tokens': 3, 'e2e_ms': 0.3, 'engine': 'x'}
+    >>> request_tail({}, output_tokens=3, e2e_ms=5.0, gpu_seconds=0.25, prompt_hash="ab")
+    {'output_tokens': 3, 'e2e_ms': 5.0, 'gpu_seconds': 0.25, 'prompt_hash': 'ab'}
     """
     if prompt_tokens is not None:
         event["prompt_tokens"] = prompt_tokens
@@ -80,7 +169,13 @@ def request_tail(
         event["instance"] = instance
     if engine is not None:
         event["engine"] = engine
-    return event
+    return v11_fields(
+        event, tags=tags, outcome_ok=outcome_ok, outcome_schema_valid=outcome_schema_valid,
+        outcome_tool_calls_valid=outcome_tool_calls_valid, experiment_name=experiment_name,
+        experiment_arm=experiment_arm, itl_p50_ms=itl_p50_ms, itl_p99_ms=itl_p99_ms,
+        itl_max_ms=itl_max_ms, gpu_seconds=gpu_seconds, prompt_hash=prompt_hash,
+        output_hash=output_hash,
+    )  # fmt: skip
 
 
 def _ts_value(ts: float) -> str | float:
@@ -121,4 +216,11 @@ def event_to_dict(e: Event) -> dict[str, Any]:
             d[name] = value
     if e.draft_evicted:
         d["draft_evicted"] = True
-    return d
+    # gpu_seconds the pipeline estimated is not what the producer reported: leave it out
+    return v11_fields(
+        d, tags=e.tags, outcome_ok=e.outcome_ok, outcome_schema_valid=e.outcome_schema_valid,
+        outcome_tool_calls_valid=e.outcome_tool_calls_valid, experiment_name=e.experiment_name,
+        experiment_arm=e.experiment_arm, itl_p50_ms=e.itl_p50_ms, itl_p99_ms=e.itl_p99_ms,
+        itl_max_ms=e.itl_max_ms, gpu_seconds=None if e.gpu_estimated else e.gpu_seconds,
+        prompt_hash=e.prompt_hash, output_hash=e.output_hash,
+    )  # fmt: skip

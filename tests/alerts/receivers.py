@@ -526,7 +526,7 @@ class PagerDutyReceiver(Receiver):
 _RULES = frozenset({
     "acceptance_drop", "below_breakeven", "throughput_drop", "revision_mismatch",
     "tokenizer_mismatch", "memory_contention", "telemetry_stale", "speculation_inactive",
-    "acceptance_rise",
+    "output_mismatch", "acceptance_rise",
 })
 _RECORD_KEYS = frozenset({"rule", "state", "at", "severity", "labels", "summary", "details",
                           "fingerprint"})

@@ -29,7 +29,8 @@ def incidents(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("alerting") / "incidents.jsonl"
     # A fixed start: the traffic follows a daily cycle, so "now" would change what is drawn.
     assert main(["simulate", "--scenario", "quiet", "--duration", "5h", "--rate", "4",
-                 "--seed", "5", "--start", "2026-11-02T14:00:00Z", "--incident", "tokenizer_swap:route=translation,at=1h,for=1h",
+                 "--seed", "5", "--start", "2026-11-02T14:00:00Z",
+                 "--incident", "tokenizer_swap:route=translation,at=1h,for=1h",
                  "--incident", "acceptance_shift:route=chat,at=2h,factor=0.75",
                  "--out", str(path)]) == 0
     return path

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from monitor.aggregate.bucket import BucketStats
 from monitor.aggregate.series import series_key
 from monitor.telemetry.event import Event
@@ -55,3 +57,98 @@ def test_series_key_separates_model_pairs_and_draft_lengths() -> None:
     assert series_key(event(3, 3, 1, num_speculative_tokens=4)) != a
     assert series_key(event(4, 6, 2)) == a
     assert a.draft_model == ""
+
+
+# --- task outcome and cost (telemetry v1.1) -----------------------------------------------
+
+
+def _v11_events() -> list[Event]:
+    """Mixed: some report outcomes, some GPU time (reported or estimated), some ITL."""
+    out = []
+    for i in range(60):
+        out.append(event(
+            i, 30, i % 30,
+            status="error" if i % 11 == 0 else "ok",
+            outcome_ok=None if i % 3 == 0 else i % 4 != 1,
+            outcome_schema_valid=None if i % 2 else i % 5 != 0,
+            outcome_tool_calls_valid=True if i % 7 == 0 else None,
+            gpu_seconds=None if i % 6 == 0 else 0.25 * (1 + i % 5),
+            gpu_estimated=i % 10 == 0,
+            itl_p50_ms=None if i % 4 == 0 else 10.0 + i,
+            itl_p99_ms=None if i % 4 == 0 else 40.0 + 2 * i,
+        ))
+    return out
+
+
+def test_outcome_and_cost_counts_follow_their_definitions() -> None:
+    events = _v11_events()
+    b = BucketStats()
+    for e in events:
+        b.update(e)
+    assert b.successes == sum(e.success for e in events)
+    for field, reported, true in (
+        ("outcome_ok", "outcome_ok_reported", "outcome_ok_true"),
+        ("outcome_schema_valid", "schema_valid_reported", "schema_valid_true"),
+        ("outcome_tool_calls_valid", "tool_calls_valid_reported", "tool_calls_valid_true"),
+    ):
+        values = [getattr(e, field) for e in events if getattr(e, field) is not None]
+        assert getattr(b, reported) == len(values) and getattr(b, true) == sum(values)
+    gpu = [e.gpu_seconds for e in events if e.gpu_seconds is not None]
+    assert b.gpu_seconds == sum(gpu) and b.gpu_seconds_sq == sum(g * g for g in gpu)
+    assert b.success_gpu_seconds == sum(e.gpu_seconds for e in events
+                                        if e.gpu_seconds is not None and e.success)
+    assert b.gpu_reported_requests == sum(
+        e.gpu_seconds is not None and not e.gpu_estimated for e in events)
+    assert b.itl_p50_ms.count == b.itl_p99_ms.count == sum(e.itl_p50_ms is not None
+                                                           for e in events)
+    assert b.success_rate == b.successes / 60
+    assert b.ok_rate == b.outcome_ok_true / b.outcome_ok_reported
+    assert b.tool_calls_valid_rate == 1.0
+    assert b.gpu_seconds_per_success == b.gpu_seconds / b.successes
+    assert b.successes_per_gpu_second == b.successes / b.gpu_seconds
+    assert b.cost_per_success(2.0) == b.gpu_seconds / b.successes * 2.0 / 3600
+    assert b.cost_per_success(None) is None
+
+
+def test_outcome_absent_is_unknown_never_false() -> None:
+    b = BucketStats()
+    b.update(event(1, 3, 1))
+    b.update(event(2, 3, 1, status="timeout"))
+    assert (b.successes, b.success_rate) == (1, 0.5)  # status decides without outcome.ok
+    assert b.ok_rate is b.schema_valid_rate is b.tool_calls_valid_rate is None
+    assert b.successes_per_gpu_second is None and b.cost_per_success(3.0) is None
+    b.update(event(3, 3, 1, status="error", outcome_ok=True))  # the verdict wins over status
+    assert (b.successes, b.errors, b.ok_rate) == (2, 2, 1.0)
+
+
+def test_outcome_and_cost_merge_and_roundtrip_exactly() -> None:
+    whole, a, b = BucketStats(), BucketStats(), BucketStats()
+    for i, e in enumerate(_v11_events()):
+        whole.update(e)
+        (a if i % 3 else b).update(e)
+    a.merge(b)
+    assert a.gpu_seconds == pytest.approx(whole.gpu_seconds, rel=1e-12)
+    a.gpu_seconds, a.gpu_seconds_sq = whole.gpu_seconds, whole.gpu_seconds_sq
+    a.success_gpu_seconds = whole.success_gpu_seconds
+    assert a == whole
+    row = whole.to_row()
+    back = BucketStats.from_row(row)
+    assert back == whole
+    # Float sums come back as floats, not truncated to an int.
+    assert isinstance(back.gpu_seconds, float) and back.gpu_seconds == whole.gpu_seconds
+    assert back.itl_p99_ms.quantile(0.99) == whole.itl_p99_ms.quantile(0.99)
+    # A row written before the v1.1 columns existed reads back as nothing reported.
+    old = {k: v for k, v in row.items() if k not in (
+        "successes", "gpu_seconds", "gpu_seconds_sq", "success_gpu_seconds", "itl_p50_ms",
+        "itl_p99_ms")}
+    old.update(dict.fromkeys(("successes", "gpu_seconds", "itl_p50_ms", "itl_p99_ms",
+                              "gpu_seconds_sq", "success_gpu_seconds")))
+    legacy = BucketStats.from_row(old)
+    assert legacy.gpu_seconds == 0.0 and legacy.itl_p50_ms.count == 0
+
+
+def test_a_float_difference_makes_buckets_unequal() -> None:
+    a, b = BucketStats(), BucketStats()
+    a.update(event(1, 3, 1, gpu_seconds=0.5))
+    b.update(event(1, 3, 1, gpu_seconds=0.25))
+    assert a != b

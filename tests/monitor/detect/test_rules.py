@@ -27,6 +27,7 @@ def test_severities_follow_the_brief() -> None:
         "memory_contention": "warning",
         "telemetry_stale": "warning",
         "speculation_inactive": "critical",
+        "output_mismatch": "critical",
     }
     for rule, cls in RULES.items():
         if cls is not MetadataRules:

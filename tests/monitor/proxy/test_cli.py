@@ -71,3 +71,12 @@ def test_proxy_command_without_upstream_is_a_clear_error(capsys: pytest.CaptureF
                                                          ) -> None:
     assert main(["proxy", "--listen", "127.0.0.1:0"]) == 2
     assert "no upstream (give --upstream URL" in capsys.readouterr().err
+
+
+def test_shadow_flags_reach_the_config(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["proxy", "--upstream", "http://127.0.0.1:1", "--listen", "127.0.0.1:0",
+                 "--shadow-upstream", "http://127.0.0.1:2", "--shadow-rate", "1.5"]) == 2
+    assert "shadow_rate" in capsys.readouterr().err
+    assert main(["proxy", "--upstream", "http://127.0.0.1:1", "--listen", "127.0.0.1:0",
+                 "--shadow-upstream", "ftp://x"]) == 2
+    assert "shadow_upstream" in capsys.readouterr().err

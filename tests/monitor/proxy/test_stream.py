@@ -42,7 +42,9 @@ def test_stream_merge_keeps_the_final_counters() -> None:
     merged = read_sse([LLAMA])
     assert merged["id"] == "chatcmpl-x"
     assert merged["timings"] == LLAMACPP_TIMINGS
-    assert merged["choices"] == [{"finish_reason": "stop"}]
+    # the streamed text is put where a non-streamed answer has it (for output_hash)
+    assert merged["choices"] == [{"finish_reason": "stop",
+                                  "message": {"content": "def f(): pass"}}]
     merged = read_sse([VLLM])
     assert merged["metrics"]["speculative_decoding"] == VLLM_SPEC
     assert merged["usage"] == {"completion_tokens": 20}

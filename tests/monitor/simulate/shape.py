@@ -35,13 +35,21 @@ def _model(obj: Any, draft: bool) -> None:
 
 
 def check_event(e: dict[str, Any]) -> None:
-    """Assert that ``e`` is a valid telemetry v1 event with consistent counters."""
+    """Assert that ``e`` is a valid telemetry v1 event with consistent counters.
+
+    v1.1 fields are checked where present; a shadow request (served without speculation)
+    has no ``spec`` and no ``draft``.
+    """
     assert orjson.loads(orjson.dumps(e)) == e  # plain JSON values only
     assert isinstance(e["request_id"], str) and 1 <= len(e["request_id"]) <= 128
     assert isinstance(e["ts"], str) and TS.match(e["ts"]), e["ts"]
     assert isinstance(e["route"], str) and 1 <= len(e["route"]) <= 128
     assert e["status"] in STATUSES
     _model(e["target"], draft=False)
+    check_v11(e)
+    if "spec" not in e:
+        _check_shadow(e)
+        return
     if "draft" in e:
         _model(e["draft"], draft=True)
         assert isinstance(e["draft_evicted"], bool)
@@ -67,6 +75,45 @@ def check_event(e: dict[str, Any]) -> None:
     assert isinstance(e["instance"], str) and re.fullmatch(r"pod-\d+", e["instance"])
     assert e["engine"] == "vllm"
     assert e["temperature"] in (0.0, 0.7)
+
+
+V11_KEYS = {"tags", "outcome", "experiment", "itl_ms", "gpu_seconds", "prompt_hash",
+            "output_hash"}
+
+
+def check_v11(e: dict[str, Any]) -> None:
+    """The telemetry v1.1 fields of ``e`` that are present have the spec's types."""
+    if "tags" in e:
+        tags = e["tags"]
+        assert isinstance(tags, dict) and len(tags) <= 16
+        assert all(isinstance(k, str) and isinstance(v, str) for k, v in tags.items())
+    if "outcome" in e:
+        outcome = e["outcome"]
+        assert isinstance(outcome, dict) and outcome
+        assert set(outcome) <= {"ok", "schema_valid", "tool_calls_valid"}
+        assert all(isinstance(v, bool) for v in outcome.values())
+    if "experiment" in e:
+        exp = e["experiment"]
+        assert set(exp) == {"name", "arm"} and isinstance(exp["name"], str) and exp["name"]
+        assert exp["arm"] in ("baseline", "candidate")
+    if "gpu_seconds" in e:
+        assert _number(e["gpu_seconds"])
+    if "itl_ms" in e:
+        itl = e["itl_ms"]
+        assert set(itl) == {"p50", "p99", "max"} and all(_number(v) for v in itl.values())
+        assert itl["p50"] <= itl["p99"] <= itl["max"]
+    assert ("prompt_hash" in e) == ("output_hash" in e)
+    for key in ("prompt_hash", "output_hash"):
+        if key in e:
+            assert isinstance(e[key], str) and 1 <= len(e[key]) <= 128
+
+
+def _check_shadow(e: dict[str, Any]) -> None:
+    assert "draft" not in e and "experiment" not in e and "outcome" not in e
+    assert e["tags"]["shadow"] == "true" and re.fullmatch(r"shadow-\d+", e["instance"])
+    assert e["temperature"] == 0.0 and e["status"] == "ok" and "prompt_hash" in e
+    assert _number(e["ttft_ms"]) and _number(e["e2e_ms"]) and e["ttft_ms"] <= e["e2e_ms"]
+    assert _int(e["output_tokens"]) and _int(e["prompt_tokens"]) and _int(e["batch_size"], 1)
 
 
 def ts_of(e: dict[str, Any]) -> float:

@@ -9,6 +9,7 @@ JSON text itself is varied (number spellings, escaped keys, duplicate keys, whit
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -65,8 +66,18 @@ def check_same(raw: bytes) -> tuple[list[Event], list[Rejection]]:
 
 
 def test_schema_limits_match_the_validator() -> None:
-    for name in ("MAX_ID_CHARS", "MAX_NAME_CHARS", "MAX_SPEC_TOKENS", "MAX_COUNT", "MAX_MS"):
+    for name in ("MAX_ID_CHARS", "MAX_NAME_CHARS", "MAX_SPEC_TOKENS", "MAX_COUNT", "MAX_MS",
+                 "MAX_TAGS", "MAX_HASH_CHARS"):
         assert getattr(schema, name) == getattr(parse_module, name), name
+
+
+_V11: dict[str, Any] = {
+    "tags": {"lang": "py", "tenant": "free"},
+    "outcome": {"ok": True, "schema_valid": False, "tool_calls_valid": None},
+    "experiment": {"name": "exp-1", "arm": "candidate"},
+    "itl_ms": {"p50": 12, "p99": 40.5, "max": 91.25},
+    "gpu_seconds": 1.5, "prompt_hash": "p" * 64, "output_hash": "o" * 64,
+}  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -78,7 +89,12 @@ def test_schema_limits_match_the_validator() -> None:
         valid_event(status="timeout", draft_evicted=True, temperature=0, ts=1793628187),
         valid_event(**{k: None for k in ("status", "draft", "spec", "prompt_tokens", "ttft_ms",
                                           "batch_size", "instance", "engine", "draft_evicted",
-                                          "temperature")}),
+                                          "temperature", *_V11)}),
+        valid_event(**_V11),
+        valid_event(tags={}, outcome={}, itl_ms={"p50": 0, "p99": 1e10, "max": 10**10},
+                    gpu_seconds=0, prompt_hash="🚀" * 128, output_hash="x",
+                    experiment={"name": "é" * 256, "arm": "b"}),
+        valid_event(tags={f"k{i}": "" for i in range(16)}, outcome={"ok": False}),
         valid_event(request_id="x" * 128, ts="2000-01-01T00:00:00Z", output_tokens=10**9,
                     e2e_ms=1e10, ttft_ms=1e10, batch_size=1, route="🚀" * 128,
                     spec={"num_speculative_tokens": 64, "drafted_tokens": 0,
@@ -104,7 +120,10 @@ def test_the_bad_input_corpus_gives_the_same_results() -> None:
 
 def _with(literal: bytes, field: str) -> bytes:
     marker = "__literal__"
-    return orjson.dumps(valid_event(**{field: marker})).replace(f'"{marker}"'.encode(), literal)
+    base = copy.deepcopy(_V11) if field.split(".")[0] in _V11 else {}
+    return orjson.dumps(valid_event(**{**base, field: marker})).replace(
+        f'"{marker}"'.encode(), literal
+    )
 
 
 @pytest.mark.parametrize(
@@ -134,6 +153,19 @@ def _with(literal: bytes, field: str) -> bytes:
         (_with(b"10000000000.000001", "e2e_ms"), 0),
         (_with(b"10000000000.0000001", "e2e_ms"), 1),
         (_with(b"1e-400", "ttft_ms"), 1),
+        (_with(b'"\xff"', "outcome.future"), 0),
+        (_with(b"1e999", "itl_ms.p90"), 0),
+        (_with(b'{"p50":1,"p99":2,"max":-0}', "itl_ms"), 1),
+        (_with(b'{"p50":1,"p99":2,"max":1e999}', "itl_ms"), 0),
+        (_with(b"18446744073709551616", "gpu_seconds"), 0),
+        (_with(b"9999999999", "gpu_seconds"), 1),
+        (_with(b"1" * 400, "gpu_seconds"), 0),
+        (_with(b'{"a":"1","a":2}', "tags"), 0),
+        (_with(b'{"a":2,"a":"1"}', "tags"), 1),
+        (_with(b'{"l\\u0061ng":"py","lang":"go"}', "tags"), 1),
+        (_with(b'{"a":"\\ud800"}', "tags"), 0),
+        (_with(b'{"ok":true,"ok":"no"}', "outcome"), 0),
+        (_with(b'{"name":"e","arm":"a","arm":""}', "experiment"), 0),
         # keys: escapes, duplicates (the last one wins in both)
         (orjson.dumps(valid_event()).replace(b'"ttft_ms"', b'"ttft\\u005fms"'), 1),
         (orjson.dumps(valid_event(ttft_ms=1.0)).replace(b'"ttft_ms":1.0', b'"ttft\\u005fms":9e9'),
@@ -188,11 +220,30 @@ _EDGES: dict[str, list[Any]] = {
     "draft_evicted": [True, False, None, 0, 1, "true"],
     "draft": [None, DROP, {}, [], "d"], "spec": [None, DROP, {}, [], "s"], "target": [None, {}],
     "spec.params": [None, {}, [], "p", {"a": [1, {"b": None}]}, {"a": 2**64}, {"a": 1e308}],
+    "tags": [None, DROP, {}, [], "t", {"": "x"}, {"x" * 256: "y" * 256}, {"x" * 257: "y"},
+             {"x": "y" * 257}, {"🚀" * 256: "🚀" * 256}, {"x": None}, {"x": 1}, {"x": True},
+             {str(i): "v" for i in range(16)}, {str(i): "v" for i in range(17)}],
+    "outcome": [None, DROP, {}, [], True, "ok", {"ok": None}, {"ok": 1}, {"ok": 0},
+                {"schema_valid": "true"}, {"tool_calls_valid": False}, {"other": 1}],
+    "outcome.ok": [True, False, None, DROP, 1, 0, "true", []],
+    "outcome.schema_valid": [True, False, None, DROP, 1.0, {}],
+    "outcome.tool_calls_valid": [True, False, None, DROP, "false"],
+    "experiment": [None, DROP, {}, [], "exp", {"name": "e"}, {"arm": "a"},
+                   {"name": "e", "arm": "a", "x": 1}],
+    "experiment.name": _NAMES + [DROP], "experiment.arm": _NAMES + [DROP],
+    "itl_ms": [None, DROP, {}, [], 5, {"p50": 1, "p99": 2}, {"p50": 3, "p99": 2, "max": 1},
+               {"p50": 1, "p99": 2, "max": 3, "p90": 2}],
+    "itl_ms.p50": _MS, "itl_ms.p99": _MS, "itl_ms.max": _MS, "gpu_seconds": _MS,
+    "prompt_hash": _IDS, "output_hash": _IDS + ["h" * 128, "h" * 129, "🚀" * 129],
 }  # fmt: skip
 
 
 def _edge_cases() -> list[dict[str, Any]]:
-    cases = [valid_event(**{path: value}) for path, values in _EDGES.items() for value in values]
+    # v1.1 objects present, so that their inner paths exist to override
+    cases = [valid_event(**copy.deepcopy(_V11), **{path: value})
+             if path.split(".")[0] in _V11 and "." in path
+             else valid_event(**{path: value})
+             for path, values in _EDGES.items() for value in values]  # fmt: skip
     for nst in (0, 1, 64, 65):  # with and without a matching accepted_per_position
         cases.append(valid_event(**{"spec.num_speculative_tokens": nst,
                                     "spec.accepted_per_position": DROP}))  # fmt: skip
@@ -220,7 +271,7 @@ def test_edge_values_give_the_same_results() -> None:
         if events and _known_fields_only(event):
             accepted += 1
             assert _fast_parse(raw) is not None, raw
-    assert accepted > 60
+    assert accepted > 100
 
 
 def test_fast_path_internal_errors_fall_back(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -321,6 +372,10 @@ _PATHS = (
     "spec.accepted_per_position", "spec.method", "spec.params", "output_tokens",
     "prompt_tokens", "ttft_ms", "e2e_ms", "batch_size", "instance", "engine", "draft_evicted",
     "temperature", "unknown", "target.unknown", "draft.unknown", "spec.unknown",
+    "tags", "tags.lang", "outcome", "outcome.ok", "outcome.schema_valid",
+    "outcome.tool_calls_valid", "outcome.unknown", "experiment", "experiment.name",
+    "experiment.arm", "experiment.unknown", "itl_ms", "itl_ms.p50", "itl_ms.p99", "itl_ms.max",
+    "itl_ms.unknown", "gpu_seconds", "prompt_hash", "output_hash",
 )  # fmt: skip
 
 
@@ -332,6 +387,11 @@ def _maybe(draw: st.DrawFn, value: st.SearchStrategy[Any], null_ok: bool = True)
     if choice == 1 and null_ok:
         return None
     return draw(value)
+
+
+def _sparse(draw: st.DrawFn, value: st.SearchStrategy[Any]) -> Any:
+    """Absent (DROP) half the time, else like ``_maybe``."""
+    return DROP if draw(st.booleans()) else _maybe(draw, value)
 
 
 @st.composite
@@ -378,6 +438,20 @@ def random_events(draw: st.DrawFn) -> Any:
         "engine": _maybe(draw, _sized_text(0, 256)),
         "draft_evicted": _maybe(draw, st.booleans()),
         "temperature": _maybe(draw, _float_near(1e10) | st.integers(min_value=0, max_value=3)),
+        # v1.1, absent more often than not (as in traffic)
+        "tags": _sparse(draw, st.dictionaries(_sized_text(1, 256), _sized_text(0, 256),
+                                              max_size=draw(_mostly(st.just(4), st.just(18))))),
+        "outcome": _sparse(draw, st.fixed_dictionaries({}, optional={
+            "ok": st.none() | st.booleans(), "schema_valid": st.none() | st.booleans(),
+            "tool_calls_valid": st.none() | st.booleans()})),
+        "experiment": _sparse(draw, st.fixed_dictionaries({
+            "name": _sized_text(1, 256), "arm": _sized_text(1, 256)})),
+        "itl_ms": _sparse(draw, st.fixed_dictionaries({
+            "p50": _float_near(1e10), "p99": _float_near(1e10),
+            "max": _float_near(1e10) | st.integers(min_value=0, max_value=10**4)})),
+        "gpu_seconds": _sparse(draw, _float_near(1e10) | st.integers(min_value=0, max_value=9)),
+        "prompt_hash": _sparse(draw, _sized_text(1, 128)),
+        "output_hash": _sparse(draw, _sized_text(1, 128)),
     }  # fmt: skip
     event = {k: v for k, v in event.items() if v is not DROP}
     for _ in range(draw(st.integers(min_value=1, max_value=3)) if _rarely(draw, 4) else 0):
@@ -484,13 +558,16 @@ _KNOWN = {
     "target": set(schema.Target.__struct_fields__),
     "draft": set(schema.Draft.__struct_fields__),
     "spec": set(schema.Spec.__struct_fields__),
+    "outcome": set(schema.Outcome.__struct_fields__),
+    "experiment": set(schema.Experiment.__struct_fields__),
+    "itl_ms": set(schema.Itl.__struct_fields__),
 }
 
 
 def _known_fields_only(event: Any) -> bool:
     if type(event) is not dict or not set(event) <= _KNOWN[""]:
         return False
-    for part in ("target", "draft", "spec"):
+    for part in ("target", "draft", "spec", "outcome", "experiment", "itl_ms"):
         inner = event.get(part)
         if type(inner) is dict and not set(inner) <= _KNOWN[part]:
             return False

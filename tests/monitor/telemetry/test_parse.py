@@ -145,6 +145,9 @@ def test_every_field_lands_in_its_own_slot() -> None:
               "params": {"k": 3}},
         output_tokens=11, e2e_ms=900.0, prompt_tokens=13, ttft_ms=17.0, batch_size=19,
         instance="inst", engine="eng", draft_evicted=True, temperature=0.7,
+        tags={"lang": "py"}, outcome={"ok": False, "schema_valid": True},
+        experiment={"name": "exp", "arm": "arm"}, itl_ms={"p50": 21.0, "p99": 23.0, "max": 29.0},
+        gpu_seconds=31.0, prompt_hash="ph", output_hash="oh",
     ))  # fmt: skip
     assert dataclasses.asdict(event) == {
         "request_id": "rid", "ts": T0 + 1, "route": "rt", "status": "timeout",
@@ -154,7 +157,11 @@ def test_every_field_lands_in_its_own_slot() -> None:
         "num_speculative_tokens": 2, "drafted_tokens": 30, "accepted_tokens": 7,
         "verify_steps": 15, "accepted_per_position": (5, 2), "method": "eagle",
         "prompt_tokens": 13, "ttft_ms": 17.0, "batch_size": 19, "instance": "inst",
-        "engine": "eng", "draft_evicted": True, "temperature": 0.7,
+        "engine": "eng", "draft_evicted": True, "temperature": 0.7, "tags": {"lang": "py"},
+        "outcome_ok": False, "outcome_schema_valid": True, "outcome_tool_calls_valid": None,
+        "experiment_name": "exp", "experiment_arm": "arm", "itl_p50_ms": 21.0,
+        "itl_p99_ms": 23.0, "itl_max_ms": 29.0, "gpu_seconds": 31.0, "prompt_hash": "ph",
+        "output_hash": "oh", "gpu_estimated": False,
     }  # fmt: skip
 
 

@@ -1,0 +1,192 @@
+"""Per-arm rollups of A/B experiments: written with each checkpoint, read by the gate.
+
+One row per (experiment, arm, series, hour). The experiment's events are in the ordinary
+rollups too; this table only keeps them apart by arm, so that two arms running the same
+setup on the same route (a null experiment) are still two sides.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, bindparam, func, insert, select, update
+
+from monitor.aggregate.bucket import COUNTERS, FLOATS, SKETCHES, BucketStats
+from monitor.aggregate.series import SeriesKey
+from monitor.store.checkpoint import EXPERIMENT_BUCKET
+from monitor.store.series_ids import chunks, series_key_of
+from monitor.store.tables import experiment_rollups_table, series_table
+
+ExperimentKey = tuple[str, str, SeriesKey, int]  # experiment, arm, series, bucket start
+
+
+@dataclass(frozen=True, slots=True)
+class ExperimentStats:
+    """One series on one arm of an experiment, its buckets in a time range merged."""
+
+    experiment: str
+    arm: str
+    route: str
+    key: SeriesKey
+    stats: BucketStats
+
+
+@dataclass(frozen=True, slots=True)
+class ExperimentSummary:
+    """An experiment as stored: its arms, how many requests, the hours it spans
+    (``first`` and ``last`` are hour bucket starts)."""
+
+    name: str
+    arms: tuple[str, ...]
+    requests: int
+    first: datetime
+    last: datetime
+
+
+def name_hash(name: str) -> str:
+    """sha256 hex of ``name`` (UTF-8 with surrogates escaped: any str hashes).
+
+    >>> name_hash("ab-test")[:12]
+    '2e60f3f2508b'
+    """
+    return hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def hour_of(ts: float) -> int:
+    t = int(ts // 1)
+    return t - t % EXPERIMENT_BUCKET
+
+
+def fold_hours(deltas: Mapping[ExperimentKey, BucketStats]) -> dict[ExperimentKey, BucketStats]:
+    """``deltas`` keyed by their hour, merged; the caller's objects are never mutated."""
+    out: dict[ExperimentKey, BucketStats] = {}
+    for (name, arm, key, ts), stats in deltas.items():
+        k = (name, arm, key, hour_of(ts))
+        acc = out.get(k)
+        if acc is None:
+            out[k] = acc = BucketStats()
+        acc.merge(stats)
+    return out
+
+
+_C = experiment_rollups_table.c
+_UPDATE = update(experiment_rollups_table).where(
+    _C.experiment_hash == bindparam("b_experiment_hash"),
+    _C.arm_hash == bindparam("b_arm_hash"),
+    _C.series_id == bindparam("b_series_id"),
+    _C.bucket_start == bindparam("b_bucket_start", type_=_C.bucket_start.type),
+)
+
+
+def write_experiments(
+    conn: Connection,
+    deltas: Mapping[ExperimentKey, BucketStats],
+    ids: Mapping[SeriesKey, int],
+    utc: Any,
+) -> None:
+    """Read-merge-write the touched rows (as ``writer.merge_rollups`` does for rollups)."""
+    groups: dict[tuple[str, str], dict[tuple[int, int], BucketStats]] = {}
+    for (name, arm, key, start), stats in fold_hours(deltas).items():
+        groups.setdefault((name, arm), {})[(ids[key], start)] = stats
+    inserts: list[dict[str, Any]] = []
+    updates: list[dict[str, Any]] = []
+    # Sorted: concurrent writers lock shared rows in one order.
+    for (name, arm), rows in sorted(groups.items()):
+        eh, ah = name_hash(name), name_hash(arm)
+        sids = sorted({sid for sid, _ in rows})
+        starts = sorted({start for _, start in rows})
+        existing: dict[tuple[int, int], Any] = {}
+        for sid_part in chunks(sids):
+            for start_part in chunks(starts):
+                stmt = (
+                    select(experiment_rollups_table)
+                    .where(
+                        _C.experiment_hash == eh,
+                        _C.arm_hash == ah,
+                        _C.series_id.in_(sid_part),
+                        _C.bucket_start.in_([utc(t) for t in start_part]),
+                    )
+                    .order_by(_C.series_id, _C.bucket_start)
+                    .with_for_update()
+                )
+                for row in conn.execute(stmt):
+                    existing[(row.series_id, int(row.bucket_start.timestamp()))] = row
+        for (sid, start), delta in sorted(rows.items()):
+            row = existing.get((sid, start))
+            if row is None:
+                inserts.append({
+                    "experiment_hash": eh, "arm_hash": ah, "series_id": sid,
+                    "bucket_start": utc(start), "experiment": name, "arm": arm,
+                    **delta.to_row(),
+                })
+            else:
+                merged = BucketStats.from_row(row)
+                merged.merge(delta)
+                updates.append({
+                    "b_experiment_hash": eh, "b_arm_hash": ah, "b_series_id": sid,
+                    "b_bucket_start": row.bucket_start, **merged.to_row(),
+                })
+    if inserts:
+        conn.execute(insert(experiment_rollups_table), inserts)
+    if updates:
+        conn.execute(_UPDATE, updates)
+
+
+_STATS_COLUMNS = [_C[name] for name in (*COUNTERS, *FLOATS, "per_position", *SKETCHES)]
+_KEY_COLUMNS = [series_table.c[name] for name in SeriesKey._fields]
+
+
+def read_experiment_stats(
+    conn: Connection, experiment: str, since: datetime | None, until: datetime | None
+) -> list[ExperimentStats]:
+    """Per (arm, series), the experiment's hours in [since, until) merged; sorted by arm,
+    then series."""
+    stmt = (
+        select(_C.arm, *_KEY_COLUMNS, *_STATS_COLUMNS)
+        .select_from(
+            experiment_rollups_table.join(series_table, _C.series_id == series_table.c.id))
+        .where(_C.experiment_hash == name_hash(experiment))
+    )
+    if since is not None:
+        stmt = stmt.where(_C.bucket_start >= since)
+    if until is not None:
+        stmt = stmt.where(_C.bucket_start < until)
+    acc: dict[tuple[str, SeriesKey], BucketStats] = {}
+    for row in conn.execute(stmt):
+        k = (row.arm, series_key_of(row))
+        stats = BucketStats.from_row(row)
+        if k in acc:
+            acc[k].merge(stats)
+        else:
+            acc[k] = stats
+    # Sorted here rather than in SQL: string order must not depend on the server's collation.
+    return [
+        ExperimentStats(experiment, arm, key.route, key, stats)
+        for (arm, key), stats in sorted(acc.items(), key=lambda kv: kv[0])
+    ]
+
+
+def read_experiments(conn: Connection) -> list[ExperimentSummary]:
+    """Every stored experiment, by name."""
+    stmt = select(
+        _C.experiment, _C.arm, func.sum(_C.requests), func.min(_C.bucket_start),
+        func.max(_C.bucket_start),
+    ).group_by(_C.experiment_hash, _C.arm_hash, _C.experiment, _C.arm)
+    by_name: dict[str, list[tuple[str, int, datetime, datetime]]] = {}
+    for name, arm, requests, first, last in conn.execute(stmt):
+        by_name.setdefault(name, []).append((arm, int(requests), first, last))
+    return [
+        ExperimentSummary(
+            name=name,
+            arms=tuple(sorted(a for a, _, _, _ in arms)),
+            requests=sum(n for _, n, _, _ in arms),
+            first=min(f for _, _, f, _ in arms),
+            last=max(la for _, _, _, la in arms),
+        )
+        for name, arms in sorted(by_name.items())
+    ]
+
