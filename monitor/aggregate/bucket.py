@@ -9,6 +9,17 @@ from monitor.aggregate.outcome import OutcomeRates, cost_per_success
 from monitor.aggregate.sketch import LogHistogram
 from monitor.telemetry.event import Event
 
+# Telemetry v1.1: task outcome (each rate counts only the requests that report it).
+OUTCOME_COUNTERS = (
+    "successes",
+    "outcome_ok_reported",
+    "outcome_ok_true",
+    "schema_valid_reported",
+    "schema_valid_true",
+    "tool_calls_valid_reported",
+    "tool_calls_valid_true",
+    "gpu_reported_requests",
+)
 COUNTERS = (
     "requests",
     "errors",
@@ -22,15 +33,7 @@ COUNTERS = (
     "prompt_tokens",
     "batch_size_sum",
     "batch_size_count",
-    # Telemetry v1.1: task outcome (each rate counts only the requests that report it).
-    "successes",
-    "outcome_ok_reported",
-    "outcome_ok_true",
-    "schema_valid_reported",
-    "schema_valid_true",
-    "tool_calls_valid_reported",
-    "tool_calls_valid_true",
-    "gpu_reported_requests",
+    *OUTCOME_COUNTERS,
 )
 # Sums of floats: stored as doubles, never truncated to an int on the way back.
 FLOATS = ("gpu_seconds", "gpu_seconds_sq", "success_gpu_seconds")

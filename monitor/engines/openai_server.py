@@ -169,7 +169,8 @@ class _TextPieces:
             self.on_text(piece)
 
     def end(self) -> None:
-        pass
+        """The streamer protocol's end of generation: nothing left to send here, since
+        :meth:`finish` gets the final text and sends what the steps left out."""
 
     def finish(self, text: str) -> None:
         """Send what the steps left out, so the pieces add up to ``text``."""

@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Select, select
 
-from monitor.aggregate.bucket import COUNTERS, FLOATS, SKETCHES, BucketStats
+from monitor.aggregate.bucket import COUNTERS, FLOATS, OUTCOME_COUNTERS, SKETCHES, BucketStats
 from monitor.aggregate.outcome import OutcomeRates, cost_per_success
 from monitor.aggregate.series import SeriesKey
 from monitor.aggregate.sketch import LogHistogram
@@ -47,17 +47,8 @@ COLUMNS = (
     "output_tokens",
     "mean_accepted_length",
     # Task outcome and cost (telemetry v1.1): raw sums, then what is derived from them.
-    "successes",
-    "outcome_ok_reported",
-    "outcome_ok_true",
-    "schema_valid_reported",
-    "schema_valid_true",
-    "tool_calls_valid_reported",
-    "tool_calls_valid_true",
-    "gpu_reported_requests",
-    "gpu_seconds",
-    "gpu_seconds_sq",
-    "success_gpu_seconds",
+    *OUTCOME_COUNTERS,
+    *FLOATS,
     "success_rate",
     "ok_rate",
     "schema_valid_rate",

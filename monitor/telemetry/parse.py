@@ -490,28 +490,16 @@ def _read_v11(event: Event, get: Any) -> None:
     if itl is not None:
         if type(itl) is not dict:
             raise InvalidEvent(_object_problem("itl_ms", itl))
-        iget = itl.get
-        itl_p50 = iget("p50")
-        kind = type(itl_p50)
-        if kind is int and 0 <= itl_p50 <= MAX_MS:
-            itl_p50 = float(itl_p50)
-        elif kind is not float or not 0.0 <= itl_p50 <= MAX_MS:
-            raise InvalidEvent(_number_problem("itl_ms.p50", itl_p50, MAX_MS))
-        itl_p99 = iget("p99")
-        kind = type(itl_p99)
-        if kind is int and 0 <= itl_p99 <= MAX_MS:
-            itl_p99 = float(itl_p99)
-        elif kind is not float or not 0.0 <= itl_p99 <= MAX_MS:
-            raise InvalidEvent(_number_problem("itl_ms.p99", itl_p99, MAX_MS))
-        itl_max = iget("max")
-        kind = type(itl_max)
-        if kind is int and 0 <= itl_max <= MAX_MS:
-            itl_max = float(itl_max)
-        elif kind is not float or not 0.0 <= itl_max <= MAX_MS:
-            raise InvalidEvent(_number_problem("itl_ms.max", itl_max, MAX_MS))
-        event.itl_p50_ms = itl_p50
-        event.itl_p99_ms = itl_p99
-        event.itl_max_ms = itl_max
+        values = []
+        for key in ("p50", "p99", "max"):  # present only in v1.1 events: off the hot path
+            value = itl.get(key)
+            kind = type(value)
+            if kind is int and 0 <= value <= MAX_MS:
+                value = float(value)
+            elif kind is not float or not 0.0 <= value <= MAX_MS:
+                raise InvalidEvent(_number_problem(f"itl_ms.{key}", value, MAX_MS))
+            values.append(value)
+        event.itl_p50_ms, event.itl_p99_ms, event.itl_max_ms = values
     gpu_seconds = get("gpu_seconds")
     if gpu_seconds is not None:
         kind = type(gpu_seconds)
