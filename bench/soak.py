@@ -624,7 +624,8 @@ def series_checks(rows: list[dict[str, Any]], checks: list[dict[str, str]]) -> N
                        "status": "PASS" if ok else "FAIL",
                        "detail": f"{m['series']} series, {m['events_total']} of {m['events']} "
                                  f"events, exit {m['exit']}/{row['baseline']['exit']}"})
-    name = "memory at most linear in series (bytes/series at the largest N <= 1.25 x at the smallest)"
+    name = ("memory at most linear in series (bytes/series at the largest N <= 1.25 x at the "
+            "smallest)")
     # Resident memory moves in whole pages and allocator arenas: at small N the difference from
     # the baseline can be zero or negative, which says nothing about a slope either way.
     per = [r["bytes_per_series"] for r in rows if r["bytes_per_series"] is not None]

@@ -35,11 +35,14 @@ from monitor.exceptions import ConfigError, LoopFailedError
 from monitor.exposition import DetectionCollector, DetectionView, RollupCounters, snapshot_view
 from monitor.exposition_changes import ChangeCollector
 from monitor.exposition_outcome import OutcomeCollector
+from monitor.exposition_policy import PolicyCollector
 from monitor.gate import GateSettings
 from monitor.jobs import Jobs
 from monitor.kafka_producer import dead_letter_producer
 from monitor.metrics import IngestMetrics
 from monitor.pipeline import Pipeline
+from monitor.policy.job import run_policy_job
+from monitor.policy.slicer import Slicer
 from monitor.sources.bootstrap import check_bootstrap
 from monitor.sources.kafka import KafkaSource, source_id
 from monitor.sources.topics import ensure_topics
@@ -149,13 +152,18 @@ class Application:
             on_commit=[self.rollup_counters.observe, self.outcome_metrics.observe,
                        self._publish_view], holder=holder,
             guard=self.guard, gpus_per_replica=config.cost.gpus_per_replica,
+            slicer=Slicer(config.policy) if config.policy.enabled else None,
         )
         self.source = KafkaSource(kafka, self.pipeline, probe=self.store.ping)
         self._stop = threading.Event()
         # Set by the scheduler's staleness job; only this thread touches detection.
         self._tick_due = threading.Event()
+        self.policy_metrics = PolicyCollector.for_store(self.store)
+        self.registry.register(self.policy_metrics)
         self.jobs = Jobs(self.store, config.jobs, retention=config.retention,
-                         request_tick=self._tick_due.set, holder=holder)
+                         request_tick=self._tick_due.set, holder=holder,
+                         policy=lambda end: run_policy_job(self.store, config, end,
+                                                           self.policy_metrics.set))
         self._last_control = float("-inf")
         self._caught_up = False
         # Plain values handed to the API's threads by single assignments on this thread.
@@ -180,6 +188,7 @@ class Application:
                                status=self.status, changes=self.judge,
                                price_per_gpu_hour=self.config.cost.price_per_gpu_hour,
                                gate=GateSettings.from_config(self.config.gate),
+                               config=self.config,
                                routes_view=lambda: self.routes if self.routes is not None
                                else committed()),
                     *self._http,

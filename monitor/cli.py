@@ -80,6 +80,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from monitor.detect.report import recommendation_lines
     from monitor.metrics import IngestMetrics
     from monitor.pipeline import Pipeline
+    from monitor.policy.slicer import Slicer
     from monitor.sources.replay import open_input, replay
     from monitor.store.db import create_if_new, redact_url, upgrade
     from monitor.store.store import Store
@@ -117,6 +118,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         store, args.source_id, config.ingest, IngestMetrics(registry), dead_letter,
         observer=detection, on_alerts=[alerts_out.write] if alerts_out else None,
         alerting=alerting, guard=guard, gpus_per_replica=config.cost.gpus_per_replica,
+        slicer=Slicer(config.policy) if config.policy.enabled else None,
     )
     started = time.monotonic()
     try:
@@ -295,6 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     from monitor.cli_alerting import register as register_alerting
     from monitor.cli_changes import register as register_changes
     from monitor.cli_gate import register as register_gate
+    from monitor.cli_policy import register as register_policy
     from monitor.proxy.cli import register as register_proxy
     from monitor.report.cli import register as register_report
     from monitor.scrape.cli import register as register_scrape
@@ -303,6 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
     register(sub)
     register_changes(sub, with_config, _config)
     register_gate(sub, with_config, _config)
+    register_policy(sub, with_config, _config)
     register_alerting(sub, with_config, _config)
     register_adapt(sub, with_config, _config)
     register_scrape(sub, with_config, _config)

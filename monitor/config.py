@@ -135,6 +135,27 @@ class CostModelConfig(Frozen):
     draft_model: str = "*"
     c: float = Field(ge=0.0, lt=1.0)
     v: float = Field(0.0, ge=0.0, lt=1.0)
+    # Verification cost by running batch size: {lower batch size: v}, piecewise constant
+    # upwards (``{1: 0.0, 32: 0.05, 128: 0.2}``); ``v`` where empty. Used by
+    # ``specwatch policy`` where no measurement of a batch bucket exists.
+    v_by_batch: dict[int, float] = {}
+
+    @field_validator("v_by_batch")
+    @classmethod
+    def _v_by_batch(cls, v: dict[int, float]) -> dict[int, float]:
+        for size, cost in v.items():
+            if size < 1 or not 0 <= cost < 1:
+                raise ValueError(f"v_by_batch maps batch sizes >= 1 to costs in [0, 1), got "
+                                 f"{size}: {cost}")
+        return dict(sorted(v.items()))
+
+    def v_at(self, batch_size: int) -> float:
+        """The verification cost at ``batch_size`` (``v`` below the first entry)."""
+        out = self.v
+        for size, cost in self.v_by_batch.items():
+            if batch_size >= size:
+                out = cost
+        return out
 
 
 class DetectionConfig(Frozen):
@@ -198,6 +219,45 @@ class GateConfig(Frozen):
     p99_tolerance: float = Field(0.10, ge=0)
     rate_tolerance: float = Field(0.01, ge=0, lt=1)
     latency_classes: tuple[LatencyClassConfig, ...] = ()
+
+
+class PolicyConfig(Frozen):
+    """Where to speculate and how far (``specwatch policy``, docs/policy.md): the slices the
+    pipeline records, and how a policy is judged."""
+
+    # Off: no slice rollups are written (the policy command then has nothing to learn from).
+    enabled: bool = True
+    # Bucket lower edges of the pre-request signals a policy may slice by.
+    batch_edges: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+    prompt_edges: tuple[int, ...] = (0, 256, 1024, 4096, 16384)
+    temperature_edges: tuple[float, ...] = (0.0, 0.01, 0.5, 1.0)
+    # Tag keys recorded as slices (None: every tag but ``shadow``); at most this many distinct
+    # tag combinations per route, later ones pooled as ``*``.
+    tag_keys: tuple[str, ...] | None = None
+    max_tag_slices_per_route: int = Field(64, ge=1)
+    # A slice with fewer requests (training window) keeps its route's setting.
+    min_requests: int = Field(200, ge=1)
+    # A draft length is chosen over a shorter one (or over no speculation) only when its
+    # predicted speedup is higher by at least this much (relative): below, the cheaper one.
+    min_gain: float = Field(0.02, ge=0, lt=1)
+    # Confidence of the intervals (acceptance moved, goodput against the alternatives).
+    confidence: float = Field(0.90, gt=0.5, lt=1)
+    # Held-out share of the window when --holdout-until/--train-until are not given.
+    holdout_share: float = Field(1 / 3, gt=0, lt=1)
+
+    @field_validator("batch_edges", "prompt_edges", "temperature_edges")
+    @classmethod
+    def _ascending(cls, v: tuple[float, ...]) -> tuple[float, ...]:
+        if not v or list(v) != sorted(set(v)):
+            raise ValueError("bucket edges must be ascending and distinct")
+        return v
+
+    @field_validator("batch_edges")
+    @classmethod
+    def _batch_from_one(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if v[0] != 1:
+            raise ValueError("batch_edges must start at 1 (the smallest batch)")
+        return v
 
 
 SinkName = Literal["slack", "pagerduty", "alertmanager", "webhook", "log"]
@@ -356,6 +416,7 @@ class Config(Frozen):
     detection: DetectionConfig = DetectionConfig()
     cost: CostConfig = CostConfig()
     gate: GateConfig = GateConfig()
+    policy: PolicyConfig = PolicyConfig()
     alerting: AlertingConfig = AlertingConfig()
     exposition: ExpositionConfig = ExpositionConfig()
     scrape: ScrapeConfig = ScrapeConfig()

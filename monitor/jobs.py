@@ -64,6 +64,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FLAG_OFF",
     "JOB_NAMES",
+    "POLICY",
     "RETENTION",
     "STALENESS",
     "JobRun",
@@ -75,9 +76,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-RETENTION, STALENESS, FLAG_OFF = "retention", "staleness", "flag_off"
-JOB_NAMES = (RETENTION, STALENESS, FLAG_OFF)
-LEASED = (RETENTION, FLAG_OFF)
+RETENTION, STALENESS, FLAG_OFF, POLICY = "retention", "staleness", "flag_off", "policy"
+JOB_NAMES = (RETENTION, STALENESS, FLAG_OFF, POLICY)
+LEASED = (RETENTION, FLAG_OFF, POLICY)
 LEASE_FACTOR = 1.5  # retention's lease outlives one interval: its holder keeps it
 FLAG_OFF_LEASE_S = 3600.0  # covers a run and the clock skew between daemons
 
@@ -110,6 +111,7 @@ class Jobs:
         request_tick: Callable[[], object],
         holder: str,
         clock: Callable[[], float] = time.time,
+        policy: Callable[[datetime], Any] | None = None,
     ) -> None:
         from apscheduler.executors.pool import ThreadPoolExecutor
         from apscheduler.jobstores.memory import MemoryJobStore
@@ -128,10 +130,15 @@ class Jobs:
         }
         self._request_tick = request_tick
         self._flag_off_trigger = cron_trigger(config.flag_off_cron)
+        self._policy_trigger = cron_trigger(config.policy_cron)
+        # The policy job needs the whole configuration (cost models, policy settings): the
+        # daemon hands in its body (monitor/policy/job.py); without one it does nothing.
+        self._policy = policy
         self._bodies: dict[str, Callable[[datetime], Any]] = {
             RETENTION: self._retention,
             STALENESS: self._staleness,
             FLAG_OFF: self._flag_off,
+            POLICY: self._run_policy,
         }
         # A run_now (CLI, tests) and a scheduled run of one job never overlap in a process.
         self._running = {name: threading.Lock() for name in JOB_NAMES}
@@ -183,10 +190,16 @@ class Jobs:
             name=FLAG_OFF, misfire_grace_time=max(1, int(cfg.flag_off_misfire_grace)),
             **catch_up,
         )
+        if self._policy is not None:
+            self.scheduler.add_job(
+                self._scheduled, self._policy_trigger, args=[POLICY], id=POLICY, name=POLICY,
+                misfire_grace_time=max(1, int(cfg.flag_off_misfire_grace)),
+            )
         self.scheduler.start()
         log.info(
-            "jobs: retention every %gs, staleness every %gs, flag-off report %r UTC",
+            "jobs: retention every %gs, staleness every %gs, flag-off report %r UTC%s",
             cfg.retention_every, cfg.staleness_every, cfg.flag_off_cron,
+            f", policy {cfg.policy_cron!r} UTC" if self._policy is not None else "",
         )
 
     def missed_flag_off(self) -> datetime | None:
@@ -257,6 +270,12 @@ class Jobs:
 
     def _staleness(self, now: datetime) -> None:
         self._request_tick()
+
+    def _run_policy(self, now: datetime) -> Any:
+        if self._policy is None:
+            return None
+        # Learnt on the window that ends at the scheduled time: a rerun learns the same.
+        return self._policy(last_fire_time(self._policy_trigger, now) or now)
 
     def _flag_off(self, now: datetime) -> list[Any]:
         from monitor.flagoff import compare_flag_off, save_reports

@@ -27,6 +27,8 @@ from monitor.deadletter import DeadLetterSink
 from monitor.dedup import SeenIds
 from monitor.eventtime import FutureRule, Parsed, WallClock
 from monitor.metrics import IngestMetrics
+from monitor.policy.slicer import Slicer
+from monitor.policy.slices import SliceKey, SliceStats
 from monitor.store.checkpoint import Checkpoint, PartitionCommit, PartitionState
 from monitor.store.exceptions import FencedError
 from monitor.telemetry.event import Event, Rejection
@@ -159,6 +161,7 @@ class Pipeline:
         guard: EventGuard | None = None,
         future: FutureRule | None = None,
         gpus_per_replica: float = 1.0,
+        slicer: Slicer | None = None,
     ) -> None:
         self.store = store
         self.source = source
@@ -185,6 +188,9 @@ class Pipeline:
         self._pending: dict[tuple[Any, ...], BucketStats] = {}
         # (experiment, arm, *series key fields, hour bucket start) -> the same, per A/B arm
         self._pending_experiments: dict[tuple[Any, ...], BucketStats] = {}
+        # (slice key, *series key fields, hour bucket start) -> what a policy learns from
+        self._pending_slices: dict[tuple[Any, ...], SliceStats] = {}
+        self.slicer = slicer
         # Where an event reports no GPU time it is estimated as its share of the replica's
         # GPUs for its duration (config ``cost.gpus_per_replica``).
         self._gpus_per_replica = gpus_per_replica
@@ -261,6 +267,7 @@ class Pipeline:
         self._partitions.clear()
         self._pending.clear()
         self._pending_experiments.clear()
+        self._pending_slices.clear()
         self._pending_events = 0
         self._applied_baselines.clear()
         if self.guard is not None:
@@ -382,6 +389,7 @@ class Pipeline:
             # new pair would hold one it never stores, and push a route into overflow.
             counted_events = self.guard.admit(counted_events)
         gpus = self._gpus_per_replica
+        slicer, slices = self.slicer, self._pending_slices
         for e in counted_events:
             if e.gpu_seconds is None:
                 # Before aggregation and observation: the rollups, the experiment rollups
@@ -400,6 +408,13 @@ class Pipeline:
             bucket.update(e)
             if e.experiment_name is not None:
                 self._count_experiment(e, bucket_key)
+            # A shadow twin ran on another upstream: its timing says nothing of this one's.
+            if slicer is not None and not (e.tags and e.tags.get("shadow") == "true"):
+                skey = (slicer.key(e), *bucket_key[:-1], int(e.ts // 3600) * 3600)
+                sstats = slices.get(skey)
+                if sstats is None:
+                    sstats = slices[skey] = SliceStats()
+                sstats.update(e)
         counted = len(counted_events)
         if counted and observer is not None:
             observer.observe(partition, counted_events)
@@ -462,8 +477,8 @@ class Pipeline:
         if alerting is not None and alerting.loaded and observer is not None:
             # Timers (minimum firing time, resolve hold, group waits) fire on the clock alone.
             notified = alerting.decide(alerts, observer.now)
-        if (not dirty and not self._pending and not self._pending_experiments and not decided
-                and not notified):
+        if (not dirty and not self._pending and not self._pending_experiments
+                and not self._pending_slices and not decided and not notified):
             return True
         # Dead letters first: once offsets are stored, the input that produced them is
         # never read again.
@@ -489,7 +504,9 @@ class Pipeline:
         }
         cp = Checkpoint(self.source, rollups=rollups, partitions=commits, state=state,
                         alerts=alerts, applied_baselines=list(self._applied_baselines),
-                        changes=changes, experiments=experiments)
+                        changes=changes, experiments=experiments,
+                        slices={(SliceKey._make(k[0]), SeriesKey._make(k[1:-1]), k[-1]): b
+                                for k, b in self._pending_slices.items()})
         if notified:
             state.update(notified.state)
             cp.outbox, cp.episodes = notified.outbox, notified.episodes
@@ -515,6 +532,7 @@ class Pipeline:
             t.seen.prune(t.max_ts)
         self._pending = {}
         self._pending_experiments = {}
+        self._pending_slices = {}
         self._pending_events = 0
         self._applied_baselines.clear()
         if self.guard is not None:

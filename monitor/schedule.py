@@ -94,8 +94,12 @@ class JobsConfig(BaseModel):
     flag_off_window: Duration = Field(7 * 86400.0, ge=7200.0)
     flag_off_min_requests: int = Field(1000, ge=1)  # per side, else "insufficient data"
     flag_off_misfire_grace: Duration = Field(6 * 3600.0, ge=0)
+    # The stored policy (specwatch policy, docs/policy.md): learnt daily over this much
+    # history, the last policy.holdout_share of it held out.
+    policy_cron: str = "daily 05:00"
+    policy_window: Duration = Field(7 * 86400.0, ge=7200.0)
 
-    @field_validator("flag_off_cron")
+    @field_validator("flag_off_cron", "policy_cron")
     @classmethod
     def _schedule(cls, v: str) -> str:
         cron_trigger(v)

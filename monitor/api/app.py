@@ -21,6 +21,7 @@ from monitor.api import (
     routes_detection,
     routes_gate,
     routes_health,
+    routes_policy,
 )
 from monitor.api.auth import BearerAuth, is_protected
 from monitor.api.errors import install_error_handlers
@@ -28,6 +29,7 @@ from monitor.api.metrics import ApiMetrics, MetricsMiddleware
 from monitor.api.params import reject_unknown_query
 from monitor.api.routes_view import store_routes_view
 from monitor.changes import JudgeSettings
+from monitor.config import Config
 from monitor.gate import GateSettings
 from monitor.store.store import Store
 
@@ -41,6 +43,8 @@ specwatch's per-route speculative-decoding history and decisions, read from its 
 * **alerting**: alert state changes, episodes, silences (add and expire).
 * **changes**: each setup change on a route judged against the setup it replaced
   (`/api/v1/changes`, as `specwatch changes`).
+* **policy**: where to speculate and how far, per slice of pre-request signals, judged on
+  held-out traffic (`/api/v1/policy`, as `specwatch policy --format json`).
 * **operations**: `/healthz`, `/readyz`, `/metrics`.
 
 Times are RFC 3339 in UTC. Every error is `{"error": "...", "detail": ...}`; a bad parameter
@@ -59,6 +63,7 @@ def create_app(
     changes: JudgeSettings | None = None,
     price_per_gpu_hour: float | None = None,
     gate: GateSettings | None = None,
+    config: Config | None = None,
 ) -> FastAPI:
     """The HTTP API over ``store``.
 
@@ -70,7 +75,8 @@ def create_app(
     :class:`~monitor.changes.JudgeSettings`'s defaults; ``JudgeSettings.from_config`` for the
     configuration's ``detection.change_window`` and ``min_effect``). ``price_per_gpu_hour``:
     the configuration's ``cost.price_per_gpu_hour``, for cost per successful task (``None``:
-    not given).
+    not given). ``config``: the cost models and ``policy`` settings ``/api/v1/policy``
+    learns with (by default :class:`~monitor.config.Config`'s defaults).
     """
     app = FastAPI(
         title="specwatch API",
@@ -82,6 +88,7 @@ def create_app(
             {"name": "alerting", "description": "alert records, episodes, silences"},
             {"name": "changes", "description": "setup changes judged before and after"},
             {"name": "gate", "description": "the release gate: baseline against candidate"},
+            {"name": "policy", "description": "where to speculate and how far"},
             {"name": "operations", "description": "health, readiness, metrics"},
         ],
     )
@@ -98,6 +105,7 @@ def create_app(
     app.include_router(routes_gate.router(store, gate or GateSettings(),
                                           (changes or JudgeSettings()).window),
                        dependencies=strict)
+    app.include_router(routes_policy.router(store, config or Config()), dependencies=strict)
     app.include_router(routes_health.router(store, registry=registry, status=status))
     # Added last = outermost: a request without the token reaches nothing else.
     if token:

@@ -69,7 +69,8 @@ def cmd_serve(args: argparse.Namespace, config: Config, *, stop: threading.Event
     registry.register(ChangeCollector.for_store(store, judge))
     server = ApiServer(create_app(store, registry=registry, token=token, changes=judge,
                                   price_per_gpu_hour=config.cost.price_per_gpu_hour,
-                                  gate=GateSettings.from_config(config.gate)),
+                                  gate=GateSettings.from_config(config.gate),
+                                  config=config),
                        host, port)
     previous = {}
     if threading.current_thread() is threading.main_thread():

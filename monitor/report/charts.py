@@ -24,9 +24,10 @@ from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from monitor.policy.result import PairSchedule
 from monitor.report.data import PairView, RouteReport
 
-__all__ = ["pair_charts", "scope_ids", "svg_text"]
+__all__ = ["pair_charts", "policy_chart", "scope_ids", "svg_text"]
 
 WIDTH_IN, HEIGHT_IN = 6.4, 3.2
 MARGINS = {"left": 0.1, "right": 0.96, "top": 0.96, "bottom": 0.17}
@@ -279,3 +280,33 @@ def pair_charts(view: PairView, report: RouteReport, index: int) -> dict[str, st
     if view.outcome_reported:
         charts["outcome"] = outcome_chart(view, report, f"c{index}o-")
     return charts
+
+
+def policy_chart(schedule: PairSchedule, prefix: str) -> str:
+    """One model pair's predicted decode speedup ``T(j)`` by batch-size bucket: one line per
+    draft length ``j = 0..K`` (``j = 0``, no speculation, is the line at 1), and a ring on
+    the length chosen in each bucket. Buckets are evenly spaced categories: they are ranges
+    (``4-7``, ``256+``), not points on a batch-size axis."""
+    fig, ax = _figure()
+    buckets = schedule.buckets
+    xs = list(range(len(buckets)))
+    longest = max((len(b.speedups) for b in buckets), default=1)
+    for j in range(longest):
+        ys = _nan(b.speedups[j] if j < len(b.speedups) else None for b in buckets)
+        if j == 0:
+            ax.plot(xs, ys, color="#7f7f7f", linestyle="--", linewidth=1.0, marker="o",
+                    markersize=2, label="j=0 (no speculation)")
+        else:
+            ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.2, label=f"j={j}")
+    chosen = [(x, b.speedups[b.num_speculative_tokens]) for x, b in zip(xs, buckets, strict=True)
+              if b.num_speculative_tokens < len(b.speedups)
+              and b.speedups[b.num_speculative_tokens] is not None]
+    if chosen:
+        ax.scatter([c[0] for c in chosen], [c[1] for c in chosen], s=90, facecolors="none",
+                   edgecolors="#000000", linewidths=1.2, zorder=3, label="chosen")
+    ax.set_xticks(xs, [svg_text(b.batch) for b in buckets])
+    ax.set_xlim(-0.5, len(buckets) - 0.5)
+    ax.set_xlabel("batch-size bucket", fontsize=8)
+    ax.set_ylabel("predicted decode speedup T(j)", fontsize=8)
+    ax.legend(fontsize=7, loc="best", framealpha=0.85)
+    return _render(fig, prefix)

@@ -43,7 +43,7 @@ def cmd_report(args: argparse.Namespace, config: Config) -> int:
             granularity=args.granularity, default_cutoff=det.breakeven_cutoff,
             idle_after=det.idle_pair_resolve, changes=JudgeSettings.from_config(det),
             price_per_gpu_hour=config.cost.price_per_gpu_hour,
-            gate=GateSettings.from_config(config.gate),
+            gate=GateSettings.from_config(config.gate), policy=config,
         )
     if report.empty:
         # No page at all: an empty report saved over last week's would look like a fix.

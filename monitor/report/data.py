@@ -12,6 +12,8 @@ Sources, all per route:
   break-even recommendation, cutoff, knee and acceptance baseline of each segment.
 - ``setup_changes``, judged by ``monitor/changes``: each change of setup in the range against
   the setup it replaced, per metric and overall.
+- ``Store.slice_records``, learnt by ``monitor/policy``: where the route should speculate and
+  how far (``monitor/report/policy.py``).
 
 Series are grouped by **model pair** (target model, draft model or drafting method): a new
 revision, tokenizer or draft length is a new series of the same pair, drawn as a change on
@@ -30,6 +32,7 @@ from typing import Any
 from monitor.aggregate.bucket import BucketStats
 from monitor.aggregate.series import SeriesKey
 from monitor.changes import ChangeJudgement, JudgeSettings, judge_changes
+from monitor.config import Config
 from monitor.detect.breakeven import DEFAULT_CUTOFF
 from monitor.detect.ownership import ROUTE_PREFIX, SEGMENT_PREFIX
 from monitor.detect.report import recommendation_lines
@@ -38,6 +41,8 @@ from monitor.exceptions import SpecwatchError
 from monitor.gate import GateJudgement, GateSettings
 from monitor.gate.listing import judge_experiments
 from monitor.jsonable import jsonable
+from monitor.policy.result import Pair as PolicyPair
+from monitor.report.policy import PolicySection, gather_policy
 from monitor.store.query import RatioRow
 from monitor.store.report_queries import routes_with_series, state_sources
 from monitor.store.store import Store
@@ -264,6 +269,7 @@ class RouteReport:
     changes: list[ChangeJudgement] = field(default_factory=list)  # setup changes, judged
     price_per_gpu_hour: float | None = None  # cost.price_per_gpu_hour: cost per success
     gates: list[GateJudgement] = field(default_factory=list)  # experiments on the route, gated
+    policy: PolicySection | None = None  # where to speculate; None: not asked for
 
     @property
     def empty(self) -> bool:
@@ -521,6 +527,17 @@ def _other_routes(store: Store, since: datetime | None, until: datetime,
     return routes[:limit]
 
 
+def _current_pair(series: Sequence[SeriesView]) -> PolicyPair | None:
+    """The model pair (with revisions) of the speculative series seen last: the one in force,
+    whose schedule the policy section charts."""
+    spec = [v for v in series if v.key.num_speculative_tokens > 0]
+    if not spec:
+        return None
+    k = max(spec, key=lambda v: (v.last, v.key)).key
+    return PolicyPair(k.target_model, k.target_revision, k.draft_model, k.draft_revision,
+                      k.method)
+
+
 def gather_report(
     store: Store,
     route: str,
@@ -534,6 +551,7 @@ def gather_report(
     changes: JudgeSettings | None = None,
     price_per_gpu_hour: float | None = None,
     gate: GateSettings | None = None,
+    policy: Config | None = None,
 ) -> RouteReport:
     """Read everything the report of ``route`` over ``[since, until)`` shows.
 
@@ -545,7 +563,9 @@ def gather_report(
     effects: ``JudgeSettings.from_config``). ``price_per_gpu_hour``
     (``cost.price_per_gpu_hour``) prices GPU-seconds: without it the report gives GPU-seconds
     per successful task but no cost. ``gate`` (``GateSettings.from_config``) gates the
-    experiments with traffic on the route in the range. The report is
+    experiments with traffic on the route in the range. ``policy``: the configuration (cost
+    models, ``policy`` settings) the route's policy over the range is learnt with, for the
+    "Where to speculate" section (``None``: no such section). The report is
     :attr:`RouteReport.empty` when the route has no rows in the range.
     """
     if granularity not in GRANULARITIES:
@@ -582,7 +602,9 @@ def gather_report(
             segments=segs, cutoffs=cutoffs,
         ))
     judged = judge_changes(store, route=route, since=since, until=until, settings=changes)
+    section = None if policy is None else gather_policy(
+        store, policy, route, since=since, until=until, current=_current_pair(series))
     return RouteReport(route, since, until, gran, pairs, episodes, segments, generated,
                        notes=notes, changes=judged, price_per_gpu_hour=price_per_gpu_hour,
                        gates=judge_experiments(store, route=route, since=since, until=until,
-                                               settings=gate))
+                                               settings=gate), policy=section)

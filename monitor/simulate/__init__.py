@@ -8,6 +8,9 @@ and :class:`KafkaWriter` send them on; :func:`register` adds ``specwatch simulat
 - :mod:`.traffic` arrivals (daily cycle, bursts), :mod:`.model` per-request numbers,
 - :mod:`.incidents` and :mod:`.effects` incidents, :mod:`.noise` duplicates and late events,
 - :mod:`.experiment` A/B splits, :mod:`.v11` telemetry v1.1 fields (outcome, GPU time, hashes),
+- :mod:`.policy_traits`, :mod:`.policy_model` traffic of the ``policy`` scenario (tagged
+  acceptance, batch-dependent verification cost, requests without speculation) and
+  :mod:`.policy_truth` its true speed model (``true_speedup``, ``true_best_k``),
 - :mod:`.scenarios` named presets, :mod:`.writers` outputs, :mod:`.cli` the command.
 """
 
@@ -21,6 +24,7 @@ from monitor.simulate.profiles import (
     DEFAULT_ROUTES,
     EXPERIMENT_ROUTES,
     JSON_TOOLS,
+    POLICY_ROUTES,
     DraftModel,
     RouteProfile,
     TargetModel,
@@ -34,6 +38,7 @@ __all__ = [
     "DEFAULT_ROUTES",
     "EXPERIMENT_ROUTES",
     "JSON_TOOLS",
+    "POLICY_ROUTES",
     "DEFAULT_START",
     "KINDS",
     "SCENARIOS",

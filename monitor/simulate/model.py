@@ -48,6 +48,10 @@ class Requests:
     k: np.ndarray  # num_speculative_tokens of each request
     step_ms: np.ndarray  # one plain target decode step of this request
     spec_cost: np.ndarray  # a speculative step costs step_ms x spec_cost
+    # policy routes only: False where a request ran without speculation (no draft, no spec
+    # block), and each request's tags; None: every request speculates, the route's tags
+    speculative: np.ndarray | None = None
+    tags: list[dict[str, str]] | None = None
 
 
 def sample_requests(
@@ -99,29 +103,8 @@ def sample_requests(
     means = np.array([calibrated_mean(float(r), k_route, route.concentration) for r in rates])
     mean = means[which]
     alpha = chain.beta(mean * route.concentration, (1.0 - mean) * route.concentration)
-    # Steps so that output = steps + accepted follows the length distribution.
-    tau = np.empty(n)
-    for length_k in np.unique(k).tolist():
-        at = k == length_k
-        tau[at] = 1.0 + length_k * engine_rate(alpha[at], length_k)
-    steps = np.where(drafting, np.maximum(1, np.rint(length / tau)), 0).astype(np.int64)
-    # Draft steps accept a prefix: survivors of position i go on to position i + 1 (none
-    # past a request's own draft length).
-    per_position = np.empty((n, k_max), dtype=np.int64)
-    alive = steps
-    for i in range(k_max):
-        alive = chain.binomial(np.where(k > i, alive, 0), alpha)
-        per_position[:, i] = alive
-    # max_tokens cuts the last step short: its tokens past the limit are dropped, deepest
-    # positions first, which keeps the per-position counts a prefix.
-    excess = np.maximum(0, steps + per_position.sum(axis=1) - route.max_output)
-    for i in range(k_max - 1, -1, -1):
-        cut = np.minimum(excess, per_position[:, i])
-        per_position[:, i] -= cut
-        excess -= cut
-    accepted = per_position.sum(axis=1)
-    drafted = k * steps
-    output = np.where(drafting, steps + accepted, length)
+    steps, per_position, accepted, drafted, output = draft_chains(
+        alpha, k, k_max, length, drafting, route.max_output, chain)
 
     batch = 1 + chain.poisson(route.batch_mean * load * cond.batch_mult)
 
@@ -155,3 +138,38 @@ def sample_requests(
         step_ms=step_ms,
         spec_cost=spec_cost,
     )
+
+
+def draft_chains(
+    alpha: np.ndarray, k: np.ndarray, k_max: int, length: np.ndarray, drafting: np.ndarray,
+    max_output: int, chain: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Verification steps, per-position survivors, accepted, drafted and output tokens of
+    requests with per-token acceptance ``alpha`` at draft lengths ``k`` (``chain`` draws).
+
+    Steps are chosen so that output = steps + accepted follows the length distribution.
+    """
+    n = len(alpha)
+    tau = np.empty(n)
+    for length_k in np.unique(k).tolist():
+        at = k == length_k
+        tau[at] = 1.0 + length_k * engine_rate(alpha[at], length_k)
+    steps = np.where(drafting, np.maximum(1, np.rint(length / tau)), 0).astype(np.int64)
+    # Draft steps accept a prefix: survivors of position i go on to position i + 1 (none
+    # past a request's own draft length).
+    per_position = np.empty((n, k_max), dtype=np.int64)
+    alive = steps
+    for i in range(k_max):
+        alive = chain.binomial(np.where(k > i, alive, 0), alpha)
+        per_position[:, i] = alive
+    # max_tokens cuts the last step short: its tokens past the limit are dropped, deepest
+    # positions first, which keeps the per-position counts a prefix.
+    excess = np.maximum(0, steps + per_position.sum(axis=1) - max_output)
+    for i in range(k_max - 1, -1, -1):
+        cut = np.minimum(excess, per_position[:, i])
+        per_position[:, i] -= cut
+        excess -= cut
+    accepted = per_position.sum(axis=1)
+    drafted = k * steps
+    output = np.where(drafting, steps + accepted, length)
+    return steps, per_position, accepted, drafted, output

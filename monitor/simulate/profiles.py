@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from monitor.simulate.exceptions import SimulationError
+from monitor.simulate.policy_traits import PolicyTraits, TagValue, VerifyCost
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,9 @@ class RouteProfile:
     reports_gpu_seconds: bool = True
     outcomes: Mapping[str, float] = field(default_factory=dict, compare=False)
     tags: Mapping[str, str] = field(default_factory=dict, compare=False)
+    # Routes of the ``policy`` scenario: tagged acceptance, batch-dependent verification
+    # cost and requests without speculation (see ``policy_traits``); None for the others.
+    policy: PolicyTraits | None = None
 
     def __post_init__(self) -> None:
         if not self.name or len(self.name) > 128:
@@ -263,4 +267,52 @@ _V11: dict[str, dict[str, Any]] = {
 EXPERIMENT_ROUTES: tuple[RouteProfile, ...] = (
     *(r.with_(**_V11[r.name]) for r in DEFAULT_ROUTES),
     JSON_TOOLS,
+)
+
+
+# The ``policy`` scenario: structure a speculation policy must find from signals known before a
+# request runs. One verification cost curve for every model pair: free up to batch 16, then
+# rising so that rust code stops gaining near batch 64 and python near 160.
+POLICY_VERIFY_COST = VerifyCost(((16, 0.0), (32, 0.15), (64, 0.40), (128, 0.55), (256, 0.75)))
+
+POLICY_ROUTES: tuple[RouteProfile, ...] = (
+    RouteProfile(
+        # The draft was distilled on python: it guesses python well, rust less, and haskell so
+        # rarely that speculating costs more than it saves at any batch size.
+        name="code-assistant",
+        target=TargetModel("qwen2.5-coder-32b-instruct", "2026-10-14", "qwen2"),
+        draft=DraftModel("qwen2.5-coder-0.5b-instruct", "2026-09-30", "qwen2", "2026-10-14"),
+        method="draft_model", num_speculative_tokens=4, acceptance=0.55, concentration=40.0,
+        share=0.50, draft_cost=0.20, target_step_ms=18.0, prefill_ms_per_token=0.08,
+        output_median=220.0, output_sigma=0.8, prompt_median=900.0, prompt_sigma=0.9,
+        temperature=0.0, replicas=4, gpus=2.0, outcomes={"ok": 0.74},
+        policy=PolicyTraits(
+            verify=POLICY_VERIFY_COST, tag_key="lang",
+            values=(TagValue("python", 0.55, 0.82), TagValue("rust", 0.30, 0.60),
+                    TagValue("haskell", 0.15, 0.15)),
+        ),
+    ),
+    RouteProfile(
+        name="chat",
+        target=_LLAMA70,
+        draft=DraftModel("llama-3.1-70b-instruct-eagle3", "2026-10-30", "llama3", "2026-10-28"),
+        method="eagle", num_speculative_tokens=3, acceptance=0.55, concentration=30.0,
+        share=0.30, draft_cost=0.08, target_step_ms=30.0, prefill_ms_per_token=0.15,
+        output_median=280.0, output_sigma=0.7, prompt_median=600.0, prompt_sigma=1.0,
+        temperature=0.7, replicas=6, gpus=4.0, outcomes={"ok": 0.96},
+        policy=PolicyTraits(verify=POLICY_VERIFY_COST, alpha=0.68),
+    ),
+    RouteProfile(
+        # Long documents in, a short summary out: prefill dominates the latency, so even a
+        # good n-gram speed-up of the decode barely moves end-to-end time.
+        name="summarize",
+        target=_LLAMA70,
+        draft=None,
+        method="ngram", num_speculative_tokens=3, acceptance=0.6, concentration=25.0,
+        share=0.20, draft_cost=0.02, target_step_ms=30.0, prefill_ms_per_token=0.30,
+        output_median=40.0, output_sigma=0.4, max_output=300, prompt_median=16000.0,
+        prompt_sigma=0.3, temperature=0.0, replicas=3, gpus=4.0, outcomes={"ok": 0.97},
+        spec_params={"prompt_lookup_min": 2, "prompt_lookup_max": 4},
+        policy=PolicyTraits(verify=POLICY_VERIFY_COST, alpha=0.70),
+    ),
 )

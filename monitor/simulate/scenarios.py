@@ -13,7 +13,7 @@ from monitor.simulate.durations import format_duration
 from monitor.simulate.exceptions import SimulationError
 from monitor.simulate.experiment import draft_v2, null_experiment
 from monitor.simulate.incidents import Incident
-from monitor.simulate.profiles import EXPERIMENT_ROUTES
+from monitor.simulate.profiles import EXPERIMENT_ROUTES, POLICY_ROUTES
 
 # Telemetry v1.1 traffic: the default routes plus json-tools, default delivery noise, and a
 # few shadow requests so that losslessness has pairs to compare.
@@ -138,6 +138,18 @@ SCENARIOS: dict[str, Scenario] = {
             3 * 3600.0,
             incidents=(("lossy_verifier", "code-assistant", 1 / 3, 1 / 3, "share=0.2"),),
             settings=(*_V11, ("shadow", 0.05)),
+        ),
+        Scenario(
+            # Stationary for its two days, so a later held-out window agrees with training;
+            # the true speed model is in monitor.simulate.policy_truth.
+            "policy",
+            "traffic a speculation policy must find: code-assistant acceptance by tags.lang "
+            "(python high, rust medium, haskell a loss), verification cost rising with batch "
+            "size, 15 % of requests without speculation, a prefill-bound summarize route; "
+            "telemetry v1.1",
+            2 * 86400.0,
+            settings=(("routes", POLICY_ROUTES), ("v11", True), ("duplicates", 0.001),
+                      ("late", 0.005), ("late_max", 60.0)),
         ),
     )
 }

@@ -18,6 +18,7 @@ from monitor.simulate.effects import Conditions, RouteEffects
 from monitor.simulate.experiment import ARMS
 from monitor.simulate.model import STATUSES, Requests, sample_requests
 from monitor.simulate.noise import schedule
+from monitor.simulate.policy_model import sample_policy_requests
 from monitor.simulate.profiles import RouteProfile
 from monitor.simulate.traffic import Load
 from monitor.simulate.v11 import Draws
@@ -232,7 +233,8 @@ class _RouteState:
             # drawn before the requests: the candidate's acceptance shapes their decode
             candidate = self.arms.random(n) < self.experiment.candidate_share
             cond.rate[candidate] *= self.change.acceptance_factor
-        req = sample_requests(
+        sample = sample_requests if self.route.policy is None else sample_policy_requests
+        req = sample(
             self.route, load, cond, cfg.error_rate, cfg.timeout_ms, self.fixed, self.chain
         )
         keep = cond.keep
@@ -262,9 +264,13 @@ class _RouteState:
         keys = range(self.served, self.served + n)
         prompts, outputs, truths = v11.hashes(route, req, cond, draws, targets, keys, self.salt)
         tags = dict(route.tags)
+        own = req.tags  # per-request tags on policy routes
         idx = np.flatnonzero(keep).tolist()
         for event, i in zip(events, idx, strict=True):
-            if tags:
+            if own is not None:
+                if own[i]:
+                    event["tags"] = dict(own[i])
+            elif tags:
                 event["tags"] = dict(tags)
             if outcome[i] is not None:
                 event["outcome"] = outcome[i]
@@ -343,13 +349,23 @@ class _RouteState:
             req.batch_size[idx].tolist(),
             (pods[i] for i in req.instance[idx].tolist()),
             evicted[idx].tolist(),
+            [True] * len(idx) if req.speculative is None else req.speculative[idx].tolist(),
             strict=True,
         )
         events = []
         for row in columns:
             ts, status, v, drafted, accepted, steps, per_pos, k = row[:8]
-            prompt, output, ttft, e2e, batch, pod, was_evicted = row[8:]
+            prompt, output, ttft, e2e, batch, pod, was_evicted, speculative = row[8:]
             target, draft = templates[v]
+            if not speculative:
+                # served without speculation on the same target: no draft, no spec block
+                events.append({
+                    "request_id": "", "ts": ts, "route": route.name, "status": status,
+                    "target": dict(target), "prompt_tokens": prompt, "output_tokens": output,
+                    "ttft_ms": ttft, "e2e_ms": e2e, "batch_size": batch, "instance": pod,
+                    "engine": engine, "temperature": temp,
+                })
+                continue
             spec: dict[str, Any] = {
                 "num_speculative_tokens": k,
                 "drafted_tokens": drafted,

@@ -62,6 +62,9 @@ class Checkpoint:
     applied_baselines: list[tuple[int, str]] = field(default_factory=list)
     changes: list[ChangeRecord] = field(default_factory=list)
     experiments: dict[tuple[str, str, SeriesKey, int], BucketStats] = field(default_factory=dict)
+    # (slice of pre-request signals, series, hour bucket start) -> SliceStats added since
+    # the last checkpoint; merged into ``slice_rollups`` (monitor/store/slices.py).
+    slices: dict[tuple[Any, SeriesKey, int], Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

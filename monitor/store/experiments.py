@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, func, insert, select, update
+from sqlalchemy import Connection, func, select
 
 from monitor.aggregate.bucket import COUNTERS, FLOATS, SKETCHES, BucketStats
 from monitor.aggregate.series import SeriesKey
 from monitor.store.checkpoint import EXPERIMENT_BUCKET
-from monitor.store.series_ids import chunks, series_key_of
+from monitor.store.hourly import merge_hourly, run_merged
+from monitor.store.series_ids import series_key_of
 from monitor.store.tables import experiment_rollups_table, series_table
 
 ExperimentKey = tuple[str, str, SeriesKey, int]  # experiment, arm, series, bucket start
@@ -74,12 +75,6 @@ def fold_hours(deltas: Mapping[ExperimentKey, BucketStats]) -> dict[ExperimentKe
 
 
 _C = experiment_rollups_table.c
-_UPDATE = update(experiment_rollups_table).where(
-    _C.experiment_hash == bindparam("b_experiment_hash"),
-    _C.arm_hash == bindparam("b_arm_hash"),
-    _C.series_id == bindparam("b_series_id"),
-    _C.bucket_start == bindparam("b_bucket_start", type_=_C.bucket_start.type),
-)
 
 
 def write_experiments(
@@ -96,44 +91,13 @@ def write_experiments(
     updates: list[dict[str, Any]] = []
     # Sorted: concurrent writers lock shared rows in one order.
     for (name, arm), rows in sorted(groups.items()):
-        eh, ah = name_hash(name), name_hash(arm)
-        sids = sorted({sid for sid, _ in rows})
-        starts = sorted({start for _, start in rows})
-        existing: dict[tuple[int, int], Any] = {}
-        for sid_part in chunks(sids):
-            for start_part in chunks(starts):
-                stmt = (
-                    select(experiment_rollups_table)
-                    .where(
-                        _C.experiment_hash == eh,
-                        _C.arm_hash == ah,
-                        _C.series_id.in_(sid_part),
-                        _C.bucket_start.in_([utc(t) for t in start_part]),
-                    )
-                    .order_by(_C.series_id, _C.bucket_start)
-                    .with_for_update()
-                )
-                for row in conn.execute(stmt):
-                    existing[(row.series_id, int(row.bucket_start.timestamp()))] = row
-        for (sid, start), delta in sorted(rows.items()):
-            row = existing.get((sid, start))
-            if row is None:
-                inserts.append({
-                    "experiment_hash": eh, "arm_hash": ah, "series_id": sid,
-                    "bucket_start": utc(start), "experiment": name, "arm": arm,
-                    **delta.to_row(),
-                })
-            else:
-                merged = BucketStats.from_row(row)
-                merged.merge(delta)
-                updates.append({
-                    "b_experiment_hash": eh, "b_arm_hash": ah, "b_series_id": sid,
-                    "b_bucket_start": row.bucket_start, **merged.to_row(),
-                })
-    if inserts:
-        conn.execute(insert(experiment_rollups_table), inserts)
-    if updates:
-        conn.execute(_UPDATE, updates)
+        fixed = {"experiment_hash": name_hash(name), "arm_hash": name_hash(arm)}
+        ins, upd = merge_hourly(conn, experiment_rollups_table, fixed, rows,
+                                {"experiment": name, "arm": arm}, BucketStats.from_row, utc)
+        inserts += ins
+        updates += upd
+    run_merged(conn, experiment_rollups_table, ("experiment_hash", "arm_hash"), inserts,
+               updates)
 
 
 _STATS_COLUMNS = [_C[name] for name in (*COUNTERS, *FLOATS, "per_position", *SKETCHES)]

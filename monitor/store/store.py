@@ -17,6 +17,7 @@ from monitor.aggregate.bucket import BucketStats
 from monitor.aggregate.series import SeriesKey
 from monitor.alert_record import AlertRecord
 from monitor.change_record import ChangeRecord
+from monitor.policy.slices import SliceRecord
 from monitor.store import query, writer
 from monitor.store.alerting import AlertingStore
 from monitor.store.changes import read_changes
@@ -38,12 +39,14 @@ from monitor.store.experiments import (
 )
 from monitor.store.query import RatioRow
 from monitor.store.series_ids import stored_series
+from monitor.store.slices import read_policies, read_slice_records, write_policy
 from monitor.store.tables import (
     alerts_table,
     dedup_table,
     experiment_rollups_table,
     partitions_table,
     rollups_table,
+    slice_rollups_table,
     state_table,
 )
 
@@ -55,7 +58,7 @@ COMMIT_ATTEMPTS = 4
 _DEADLOCK, _SERIALIZATION, _UNIQUE = "40P01", "40001", "23505"
 # A unique violation on these means another process inserted the same series or rollup row
 # between our read and our insert; on source_partitions it would be fencing (handled apart).
-_RACY_TABLES = frozenset({"series", "rollups", "experiment_rollups"})
+_RACY_TABLES = frozenset({"series", "rollups", "experiment_rollups", "slice_rollups"})
 
 
 def _retryable(exc: DBAPIError) -> bool:
@@ -180,11 +183,11 @@ class Store:
                 )
                 deleted[gran] = conn.execute(stmt).rowcount
             if "hour" in retention:
-                e = experiment_rollups_table.c
-                stmt = delete(experiment_rollups_table).where(
-                    e.bucket_start < now - retention["hour"])
-                if n := conn.execute(stmt).rowcount:
-                    deleted["experiment_rollups"] = n
+                for table in (experiment_rollups_table, slice_rollups_table):
+                    stmt = delete(table).where(
+                        table.c.bucket_start < now - retention["hour"])
+                    if n := conn.execute(stmt).rowcount:
+                        deleted[table.name] = n
         return deleted
 
     # --- reading ---------------------------------------------------------------------------
@@ -340,6 +343,33 @@ class Store:
         query.check_range("hour", since, until)
         with self._available("reading experiment"), self._reader.connect() as conn:
             return read_experiment_stats(conn, experiment, since, until)
+
+    def slice_records(
+        self,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        route: str | None = None,
+    ) -> list[SliceRecord]:
+        """Every (slice, series, hour) row of the policy rollups in the range (``since``
+        inclusive, ``until`` exclusive, on hour boundaries to be exact), optionally of one
+        route; sorted by hour, then series and slice."""
+        query.check_range("hour", since, until)
+        with self._available("reading slice rollups"), self._reader.connect() as conn:
+            return read_slice_records(conn, since, until, route)
+
+    def save_policy(self, *, computed_at: datetime, train_since: datetime,
+                    train_until: datetime, holdout_until: datetime | None, features: str,
+                    document: dict[str, Any]) -> int:
+        """Store a computed policy with its inputs' time ranges; returns its id."""
+        with self._available("storing a policy"), self.engine.begin() as conn:
+            return write_policy(conn, computed_at=computed_at, train_since=train_since,
+                                train_until=train_until, holdout_until=holdout_until,
+                                features=features, document=document)
+
+    def policies(self, limit: int = 2) -> list[dict[str, Any]]:
+        """The newest stored policies first."""
+        with self._available("reading policies"), self._reader.connect() as conn:
+            return read_policies(conn, limit)
 
     def experiments(self) -> list[ExperimentSummary]:
         """Every experiment stored, by name: its arms, requests and first and last hour."""

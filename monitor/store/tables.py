@@ -139,6 +139,62 @@ class ExperimentRollup(BucketColumns, Base):
     __table_args__ = (Index(None, "bucket_start"),)
 
 
+class SliceRollup(Base):
+    """The :class:`~monitor.policy.slices.SliceStats` of one series in one slice of
+    pre-request signals over one hour: what ``specwatch policy`` learns from.
+
+    ``slice_hash`` (sha256 of the four slice fields) carries the key, as ``series.key_hash``
+    does: the tag text is unbounded.
+    """
+
+    __tablename__ = "slice_rollups"
+
+    slice_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    series_id: Mapped[int] = mapped_column(Integer, ForeignKey("series.id"), primary_key=True)
+    bucket_start: Mapped[datetime] = mapped_column(UTCDateTime(), primary_key=True)
+    batch_bucket: Mapped[str] = mapped_column(SafeString(32))
+    prompt_bucket: Mapped[str] = mapped_column(SafeString(32))
+    temperature_bucket: Mapped[str] = mapped_column(SafeString(32))
+    tags: Mapped[str] = mapped_column(SafeText())
+    requests: Mapped[int] = mapped_column(BigInteger)
+    drafting_requests: Mapped[int] = mapped_column(BigInteger)
+    drafted_tokens: Mapped[int] = mapped_column(BigInteger)
+    accepted_tokens: Mapped[int] = mapped_column(BigInteger)
+    verify_steps: Mapped[int] = mapped_column(BigInteger)
+    output_tokens: Mapped[int] = mapped_column(BigInteger)
+    timed_requests: Mapped[int] = mapped_column(BigInteger)
+    timed_output_tokens: Mapped[int] = mapped_column(BigInteger)
+    spec_timed: Mapped[int] = mapped_column(BigInteger)
+    plain_timed: Mapped[int] = mapped_column(BigInteger)
+    decode_ms: Mapped[float] = mapped_column(Float)
+    e2e_ms: Mapped[float] = mapped_column(Float)
+    ttft_ms: Mapped[float] = mapped_column(Float)
+    spec_step_ms: Mapped[float] = mapped_column(Float)
+    spec_step_ms_sq: Mapped[float] = mapped_column(Float)
+    plain_token_ms: Mapped[float] = mapped_column(Float)
+    plain_token_ms_sq: Mapped[float] = mapped_column(Float)
+    per_position: Mapped[list[int]] = mapped_column(JSON)
+
+    __table_args__ = (Index(None, "bucket_start"),)
+
+
+class StoredPolicy(Base):
+    """A policy computed by the daily job (or on request), with the time ranges of its
+    inputs, so that the policy in force can be compared with a newer one."""
+
+    __tablename__ = "policies"
+
+    id: Mapped[int] = mapped_column(_BigId, primary_key=True, autoincrement=True)
+    computed_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    train_since: Mapped[datetime] = mapped_column(UTCDateTime())
+    train_until: Mapped[datetime] = mapped_column(UTCDateTime())
+    holdout_until: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    features: Mapped[str] = mapped_column(SafeText())
+    document: Mapped[Any] = mapped_column(JSON)
+
+    __table_args__ = (Index(None, "computed_at"),)
+
+
 class SourcePartition(Base):
     """Where a source partition resumes; ``next_offset`` is the fencing token."""
 
@@ -387,3 +443,5 @@ class SetupChange(Base):
 
 setup_changes_table: Table = SetupChange.__table__  # type: ignore[assignment]
 experiment_rollups_table: Table = ExperimentRollup.__table__  # type: ignore[assignment]
+slice_rollups_table: Table = SliceRollup.__table__  # type: ignore[assignment]
+policies_table: Table = StoredPolicy.__table__  # type: ignore[assignment]

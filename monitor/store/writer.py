@@ -19,6 +19,7 @@ from monitor.store.checkpoint import GRANULARITIES, Checkpoint, PartitionCommit
 from monitor.store.exceptions import FencedError
 from monitor.store.experiments import hour_of, write_experiments
 from monitor.store.series_ids import chunks, dialect_insert, resolve_series
+from monitor.store.slices import write_slices
 from monitor.store.tables import (
     alerts_table,
     dedup_table,
@@ -149,6 +150,10 @@ def _all_spans(cp: Checkpoint) -> dict[SeriesKey, tuple]:
         if key not in out:
             hour = utc(hour_of(ts))
             out[key] = (hour, hour)
+    for _, key, ts in cp.slices:
+        if key not in out:
+            hour = utc(hour_of(ts))
+            out[key] = (hour, hour)
     return out
 
 
@@ -262,11 +267,13 @@ def write_checkpoint(
     fence(conn, cp.source, cp.partitions, now)
     write_dedup(conn, cp.source, cp.partitions)
     ids: dict[SeriesKey, int] = {}
-    if cp.rollups or cp.experiments:
+    if cp.rollups or cp.experiments or cp.slices:
         ids = resolve_series(conn, _all_spans(cp), known_ids)
         merge_rollups(conn, fold(cp.rollups), ids)
         if cp.experiments:
             write_experiments(conn, cp.experiments, ids, utc)
+        if cp.slices:
+            write_slices(conn, cp.slices, ids, utc)
     upsert_state(conn, state)
     write_alerts(conn, cp.source, cp.alerts, now)
     write_changes(conn, cp.source, cp.changes)

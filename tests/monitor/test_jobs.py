@@ -6,6 +6,7 @@ import logging
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -14,6 +15,7 @@ from monitor.flagoff import load_reports
 from monitor.jobs import (
     FLAG_OFF,
     JOB_NAMES,
+    POLICY,
     RETENTION,
     STALENESS,
     Jobs,
@@ -58,11 +60,12 @@ class Ticks:
 
 
 def make_jobs(
-    store: Store, clock: Clock, holder: str = "a", ticks: Ticks | None = None, **config: object
+    store: Store, clock: Clock, holder: str = "a", ticks: Ticks | None = None,
+    policy: Any = None, **config: object
 ) -> Jobs:
     return Jobs(
         store, JobsConfig(**config), retention=RETENTION_S, request_tick=ticks or Ticks(),
-        holder=holder, clock=clock,
+        holder=holder, clock=clock, policy=policy,
     )
 
 
@@ -127,8 +130,8 @@ def test_schedules_over_a_fake_week() -> None:
     )
 
 
-def test_started_scheduler_holds_the_three_jobs(store: Store) -> None:
-    jobs = make_jobs(store, Clock(TUESDAY), retention_every="5m")
+def test_started_scheduler_holds_the_four_jobs(store: Store) -> None:
+    jobs = make_jobs(store, Clock(TUESDAY), retention_every="5m", policy=lambda end: end)
     before = datetime.now(UTC)
     jobs.start()
     try:
@@ -146,6 +149,8 @@ def test_started_scheduler_holds_the_three_jobs(store: Store) -> None:
             assert (job.coalesce, job.max_instances) == (True, 1)
         assert by_id[STALENESS].misfire_grace_time == 15
         assert by_id[FLAG_OFF].misfire_grace_time == 6 * 3600
+        policy_next = by_id[POLICY].next_run_time
+        assert policy_next == cron_trigger("daily 05:00").get_next_fire_time(None, after)
         assert str(jobs.scheduler.timezone) == "UTC"
     finally:
         jobs.shutdown()
@@ -307,3 +312,27 @@ def test_a_failing_job_is_logged_and_the_schedule_goes_on(
     assert "job retention failed; it runs again as scheduled" in caplog.text
     with pytest.raises(ValueError, match="unknown job 'compaction' .known: retention, "):
         jobs.run_now("compaction")
+
+
+def test_without_a_policy_body_the_policy_job_is_not_scheduled(store: Store) -> None:
+    jobs = make_jobs(store, Clock(TUESDAY))
+    jobs.start()
+    try:
+        assert POLICY not in {j.id for j in jobs.scheduler.get_jobs()}
+        assert jobs.run_now(POLICY).result is None
+    finally:
+        jobs.shutdown()
+
+
+def test_policy_job_learns_on_the_window_of_its_scheduled_time(stores: tuple[Store, Store]
+                                                               ) -> None:
+    ends: list[datetime] = []
+    a, b = stores
+    clock = Clock(TUESDAY.replace(hour=5, minute=40))
+    first = make_jobs(a, clock, "a", policy=ends.append)
+    second = make_jobs(b, clock, "b", policy=ends.append)
+    assert first.run_now(POLICY).ran
+    # The lease marks the day's policy as done while the other daemon's schedule fires.
+    run = second.run_now(POLICY)
+    assert not run.ran and "held by a" in (run.skipped or "")
+    assert ends == [TUESDAY.replace(hour=5, minute=0)]

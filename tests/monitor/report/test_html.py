@@ -68,10 +68,10 @@ def test_hostile_names_stay_text(hostile: tuple[Store, str], tmp_path: Path) -> 
     assert html.escape(f"{DRAFT} → {TARGET}") in page
     # chart legends show the revision with its literal $ (not mathtext, not "\\$")
     svgs = re.findall(r"<svg.*?</svg>", page, re.S)
-    assert len(svgs) == 4 and any("target r$1$, draft d1, k=4" in s for s in svgs)
+    assert len(svgs) == 5 and any("target r$1$, draft d1, k=4" in s for s in svgs)
     assert "r\\$1" not in page
     ids = re.findall(r'\bid="([^"]+)"', page)
-    assert len(ids) == len(set(ids))  # four inline SVGs, no clashing clip-path or marker ids
+    assert len(ids) == len(set(ids))  # five inline SVGs, no clashing clip-path or marker ids
     # escaped once, not twice
     assert "&amp;lt;" not in page and "&amp;amp;" not in page
 
@@ -112,7 +112,7 @@ def test_hour_buckets_to_stdout(hostile: tuple[Store, str],
     assert report_cli(["--route", ROUTE, "--since", SINCE, "--until", UNTIL, "--db", url,
                        "--out", "-", "--granularity", "hour"]) == 0
     page = capsys.readouterr().out
-    assert page.startswith("<!DOCTYPE html>") and page.count("<svg") == 4
+    assert page.startswith("<!DOCTYPE html>") and page.count("<svg") == 5
     assert re.search(r"· hour buckets ·", page)
 
 

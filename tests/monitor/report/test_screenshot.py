@@ -64,7 +64,9 @@ def test_dom_holds_the_content(page: Path, tmp_path: Path) -> None:
     assert re.search(r'<h1>specwatch report for route <span class="route"><bdi>chat</bdi>', dom)
     assert f"{PAIR_DRAFT} → {PAIR_TARGET}" in dom
     # acceptance, per position, TTFT, throughput of the pair; task outcome where reported
-    assert dom.count("<svg") == 4 + ('class="chart-outcome"' in dom)
+    # and the policy section's one chart (the replay records slice rollups)
+    assert 'class="chart-policy"' in dom
+    assert dom.count("<svg") == 5 + ('class="chart-outcome"' in dom)
     assert "Task outcome and cost" in dom and "cost per success" in dom
     for caption in ("Acceptance over time", "Acceptance by draft position",
                     "Time to first token", "Decode throughput"):

@@ -37,8 +37,9 @@ def _model(obj: Any, draft: bool) -> None:
 def check_event(e: dict[str, Any]) -> None:
     """Assert that ``e`` is a valid telemetry v1 event with consistent counters.
 
-    v1.1 fields are checked where present; a shadow request (served without speculation)
-    has no ``spec`` and no ``draft``.
+    v1.1 fields are checked where present; a shadow request (tag ``shadow=true``) and a
+    request of the policy scenario served without speculation have no ``spec`` and no
+    ``draft``.
     """
     assert orjson.loads(orjson.dumps(e)) == e  # plain JSON values only
     assert isinstance(e["request_id"], str) and 1 <= len(e["request_id"]) <= 128
@@ -48,7 +49,10 @@ def check_event(e: dict[str, Any]) -> None:
     _model(e["target"], draft=False)
     check_v11(e)
     if "spec" not in e:
-        _check_shadow(e)
+        if e.get("tags", {}).get("shadow") == "true":
+            _check_shadow(e)
+        else:
+            _check_plain(e)
         return
     if "draft" in e:
         _model(e["draft"], draft=True)
@@ -106,6 +110,15 @@ def check_v11(e: dict[str, Any]) -> None:
     for key in ("prompt_hash", "output_hash"):
         if key in e:
             assert isinstance(e[key], str) and 1 <= len(e[key]) <= 128
+
+
+def _check_plain(e: dict[str, Any]) -> None:
+    """A request served without speculation (policy scenario): no draft, one step a token."""
+    assert "draft" not in e and "draft_evicted" not in e and "experiment" not in e
+    assert re.fullmatch(r"pod-\d+", e["instance"]) and e["engine"] == "vllm"
+    assert _number(e["ttft_ms"]) and _number(e["e2e_ms"]) and e["ttft_ms"] <= e["e2e_ms"]
+    assert _int(e["output_tokens"]) and _int(e["prompt_tokens"]) and _int(e["batch_size"], 1)
+    assert e["temperature"] in (0.0, 0.7)
 
 
 def _check_shadow(e: dict[str, Any]) -> None:

@@ -38,7 +38,7 @@ def _with_password(url: str, password: str) -> tuple[str, str | None]:
 def test_upgrade_from_empty_then_store_works(db_url: str) -> None:
     assert current_revision(db_url) is None
     upgrade(db_url)
-    assert current_revision(db_url) == head_revision() == "0006"
+    assert current_revision(db_url) == head_revision() == "0007"
     upgrade(db_url)  # idempotent
     check_migrated(db_url)
     with Store(db_url) as s:

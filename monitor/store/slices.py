@@ -1,0 +1,138 @@
+"""Per-slice hourly rollups (``slice_rollups``) and stored policies (``policies``): written
+with each checkpoint, read by ``specwatch policy`` (``monitor/policy``).
+
+One row per (slice of pre-request signals, series, hour). The same events are in the
+ordinary rollups; this table keeps them apart by batch-size, prompt-length and temperature
+bucket and by tags, which the series key does not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, insert, select
+
+from monitor.aggregate.series import SeriesKey
+from monitor.policy.slices import SLICE_COUNTERS, SLICE_FLOATS, SliceKey, SliceRecord, SliceStats
+from monitor.store.checkpoint import EXPERIMENT_BUCKET
+from monitor.store.hourly import merge_hourly, run_merged
+from monitor.store.tables import policies_table, series_table, slice_rollups_table
+
+__all__ = ["SliceDeltaKey", "read_policies", "read_slice_records", "slice_hash",
+           "write_policy", "write_slices"]
+
+SliceDeltaKey = tuple[SliceKey, SeriesKey, int]  # slice, series, hour bucket start
+
+
+def slice_hash(key: SliceKey) -> str:
+    """sha256 hex of the slice's four fields (unit-separated: no field can forge another).
+
+    >>> slice_hash(SliceKey("1-1", "0-255", "[0,0.01)", "lang=py"))[:12]
+    '78b8fa412b3a'
+    """
+    text = "\x1f".join((key.batch, key.prompt, key.temperature, key.tags))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _fold(deltas: Mapping[SliceDeltaKey, SliceStats]) -> dict[SliceDeltaKey, SliceStats]:
+    out: dict[SliceDeltaKey, SliceStats] = {}
+    for (skey, series, ts), stats in deltas.items():
+        t = int(ts // 1)
+        k = (skey, series, t - t % EXPERIMENT_BUCKET)
+        acc = out.get(k)
+        if acc is None:
+            out[k] = stats.copy()
+        else:
+            acc.merge(stats)
+    return out
+
+
+_C = slice_rollups_table.c
+
+
+def write_slices(
+    conn: Connection,
+    deltas: Mapping[SliceDeltaKey, SliceStats],
+    ids: Mapping[SeriesKey, int],
+    utc: Any,
+) -> None:
+    """Read-merge-write the touched rows (as ``writer.merge_rollups`` does for rollups)."""
+    by_hash: dict[str, tuple[SliceKey, dict[tuple[int, int], SliceStats]]] = {}
+    for (skey, series, start), stats in _fold(deltas).items():
+        by_hash.setdefault(slice_hash(skey), (skey, {}))[1][(ids[series], start)] = stats
+    inserts: list[dict[str, Any]] = []
+    updates: list[dict[str, Any]] = []
+    # Sorted: concurrent writers lock shared rows in one order.
+    for h, (skey, rows) in sorted(by_hash.items(), key=lambda kv: kv[0]):
+        extra = {"batch_bucket": skey.batch, "prompt_bucket": skey.prompt,
+                 "temperature_bucket": skey.temperature, "tags": skey.tags}
+        ins, upd = merge_hourly(conn, slice_rollups_table, {"slice_hash": h}, rows, extra,
+                                SliceStats.from_row, utc)
+        inserts += ins
+        updates += upd
+    run_merged(conn, slice_rollups_table, ("slice_hash",), inserts, updates)
+
+
+_STATS = [_C[name] for name in (*SLICE_COUNTERS, *SLICE_FLOATS, "per_position")]
+_KEYS = [series_table.c[name] for name in SeriesKey._fields]
+_N_COUNTERS = len(SLICE_COUNTERS)
+
+
+def read_slice_records(
+    conn: Connection, since: datetime | None, until: datetime | None, route: str | None
+) -> list[SliceRecord]:
+    """Every stored (slice, series, hour) row in [since, until), sorted by hour, route,
+    series and slice."""
+    # A month of a fleet is hundreds of thousands of rows: the series and slice keys are
+    # read once and shared (not a fresh nine strings per row), and each row's sums are set
+    # positionally rather than by name.
+    series_stmt = select(series_table.c.id, *_KEYS)
+    if route is not None:
+        series_stmt = series_stmt.where(series_table.c.route == route)
+    series = {row[0]: SeriesKey(*row[1:]) for row in conn.execute(series_stmt)}
+    if not series:
+        return []
+    stmt = select(_C.bucket_start, _C.series_id, _C.batch_bucket, _C.prompt_bucket,
+                  _C.temperature_bucket, _C.tags, *_STATS)
+    if since is not None:
+        stmt = stmt.where(_C.bucket_start >= since)
+    if until is not None:
+        stmt = stmt.where(_C.bucket_start < until)
+    if route is not None:
+        stmt = stmt.where(_C.series_id.in_(sorted(series)))
+    keys: dict[tuple[str, str, str, str], SliceKey] = {}
+    hours: dict[datetime, int] = {}
+    out = []
+    for row in conn.execute(stmt):
+        start, sid = row[0], row[1]
+        hour = hours.get(start)
+        if hour is None:
+            hour = hours[start] = int(start.timestamp())
+        raw = (row[2], row[3], row[4], row[5])
+        skey = keys.get(raw)
+        if skey is None:
+            skey = keys[raw] = SliceKey(*raw)
+        out.append(SliceRecord(hour, series[sid], skey, SliceStats.from_values(row[6:])))
+    # Sorted here rather than in SQL: string order must not depend on the server's collation.
+    out.sort(key=lambda r: (r.hour, r.series, r.key))
+    return out
+
+
+def write_policy(conn: Connection, *, computed_at: datetime, train_since: datetime,
+                 train_until: datetime, holdout_until: datetime | None, features: str,
+                 document: dict[str, Any]) -> int:
+    result = conn.execute(insert(policies_table).values(
+        computed_at=computed_at, train_since=train_since, train_until=train_until,
+        holdout_until=holdout_until, features=features, document=document))
+    return int(result.inserted_primary_key[0])
+
+
+def read_policies(conn: Connection, limit: int = 2) -> list[dict[str, Any]]:
+    """The newest stored policies first (id, computed_at, windows, features, document)."""
+    p = policies_table.c
+    rows = conn.execute(select(policies_table).order_by(p.computed_at.desc(), p.id.desc())
+                        .limit(limit))
+    return [dict(row._mapping) for row in rows]
