@@ -50,6 +50,8 @@ def route_gains(records: Iterable[SliceRecord], slices: Mapping[tuple, Evidence]
     chosen: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for sid, ev in slices.items():
         tot = ev.total()
+        if all(t is None for t in tot.speedups()[1:]):
+            continue  # nothing predicted: no saving to claim either way
         observed[sid[0]].append((tot.output_tokens, tot.speedup_at(tot.length)))
         dec = decisions.get(sid)
         j = dec.num_speculative_tokens if dec is not None else 0
@@ -70,6 +72,9 @@ def route_gains(records: Iterable[SliceRecord], slices: Mapping[tuple, Evidence]
         elif not bound:
             note = (f"prefill- or retrieval-bound: decode is {share:.0%} of e2e, a faster "
                     "decode will not be felt")
+        elif saving is None and mean_decode is not None:
+            note = (f"decode is {share:.0%} of e2e; the speedup cannot be predicted (no "
+                    "verification steps or per-position counts reported)")
         elif saving is None:
             note = f"decode is {share:.0%} of e2e; no timed speculative requests"
         else:

@@ -153,6 +153,17 @@ def _decision(sid: SliceId, ev: Evidence, z: float, config: Config, *, setting: 
         reason=reason)
 
 
+def _choose(tot: Sums, speedups: Sequence[float | None], min_gain: float) -> tuple[int, str]:
+    """The setting its own evidence picks, and why."""
+    if len(speedups) > 1 and all(t is None for t in speedups[1:]):
+        # Nothing to predict from: say so, and leave the traffic as it runs.
+        return tot.length, (f"no verification steps or per-position counts reported: the "
+                            f"speedup cannot be predicted; keeps the draft length it ran at "
+                            f"({tot.length})")
+    best = best_length(speedups, min_gain)
+    return best, _own_reason(tot, best, speedups)
+
+
 def _own_reason(tot: Sums, best: int, speedups: Sequence[float | None]) -> str:
     if best == 0:
         top = max((t for t in speedups[1:] if t is not None), default=None)
@@ -193,9 +204,7 @@ def learn(records: Sequence[SliceRecord], config: Config, *,
     route_dec: dict[SliceId, SliceDecision] = {}
     for sid, ev in sorted(g.routes.items(), key=lambda kv: slice_id_text(kv[0])):
         tot = ev.total()
-        sp = tot.speedups()
-        best = best_length(sp, pc.min_gain)
-        reason = _own_reason(tot, best, sp)
+        best, reason = _choose(tot, tot.speedups(), pc.min_gain)
         if tot.requests < pc.min_requests:
             reason += f" (only {tot.requests} requests < policy.min_requests: thin evidence)"
         route_dec[sid] = _decision(sid, ev, z, config, setting=best, decided_by="pooled",
@@ -204,18 +213,17 @@ def learn(records: Sequence[SliceRecord], config: Config, *,
     for sid, ev in g.batch_parents.items():
         tot = ev.total()
         if tot.requests >= pc.min_requests:
-            best = best_length(tot.speedups(), pc.min_gain)
+            best, reason = _choose(tot, tot.speedups(), pc.min_gain)
             parent_dec[sid] = _decision(sid, ev, z, config, setting=best, decided_by="pooled",
-                                        reason=_own_reason(tot, best, tot.speedups()))
+                                        reason=reason)
 
     decisions: dict[SliceId, SliceDecision] = {}
     for sid, ev in g.slices.items():
         tot = ev.total()
         if tot.requests >= pc.min_requests:
-            sp = tot.speedups()
-            best = best_length(sp, pc.min_gain)
+            best, reason = _choose(tot, tot.speedups(), pc.min_gain)
             decisions[sid] = _decision(sid, ev, z, config, setting=best, decided_by="slice",
-                                       reason=_own_reason(tot, best, sp))
+                                       reason=reason)
             continue
         small = f"only {tot.requests} requests (< policy.min_requests {pc.min_requests})"
         batch = dict(sid[2]).get("batch_size")
@@ -272,7 +280,7 @@ def _schedules(g: _Groups, buckets: Buckets, config: Config) -> tuple[PairSchedu
         by_pair[pair].append(BucketChoice(
             batch=batch, lo=lo, hi=hi, requests=tot.requests, output_tokens=tot.output_tokens,
             marginal_cost=tot.marginal_cost, speedups=tuple(sp),
-            num_speculative_tokens=best_length(sp, config.policy.min_gain)))
+            num_speculative_tokens=_choose(tot, sp, config.policy.min_gain)[0]))
     out = []
     for pair in sorted(by_pair):
         choices = by_pair[pair]

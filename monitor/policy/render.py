@@ -147,7 +147,8 @@ def routing_table(result: PolicyResult) -> dict[str, Any]:
                 if name == "tags":
                     match["tags"] = parse_tag_slice(value) if value != "*" else "*"
                 elif name.startswith("tags."):
-                    match.setdefault("tags", {})[name[5:]] = value
+                    # None: the request carries no such tag
+                    match.setdefault("tags", {})[name[5:]] = value or None
                 elif name == "batch_size":
                     entry["batch"] = value.replace("+", "-4096") if value.endswith("+") \
                         else value

@@ -61,7 +61,7 @@ class SliceStats:
     >>> s = SliceStats()
     >>> s.update(Event("r1", 0.0, "code", "ok", "t", "r", "tok", output_tokens=13, e2e_ms=500.0,
     ...          has_spec=True, num_speculative_tokens=2, drafted_tokens=8, accepted_tokens=6,
-    ...          accepted_per_position=(4, 2), ttft_ms=100.0, batch_size=4))
+    ...          verify_steps=4, accepted_per_position=(4, 2), ttft_ms=100.0, batch_size=4))
     >>> s.steps, s.survival, s.spec_step_ms
     (4, [1.0, 0.5], 100.0)
     >>> s.update(Event("r2", 1.0, "code", "ok", "t", "r", "tok", output_tokens=10, e2e_ms=300.0,
@@ -82,13 +82,14 @@ class SliceStats:
     def update(self, e: Event) -> None:
         self.requests += 1
         drafted = e.drafted_tokens
-        k = e.num_speculative_tokens
         steps = 0
         if e.has_spec and drafted:
             self.drafting_requests += 1
             self.drafted_tokens += drafted
             self.accepted_tokens += e.accepted_tokens
-            steps = e.verify_steps if e.verify_steps is not None else (drafted // k if k else 0)
+            # Never inferred as drafted / k: n-gram and early-exit drafters propose fewer
+            # than k tokens on many steps, and the guess would inflate every prediction.
+            steps = e.verify_steps or 0
             self.verify_steps += steps
             app = e.accepted_per_position
             if app is not None:
