@@ -106,7 +106,9 @@ class StoreConfig(Frozen):
 class IngestConfig(Frozen):
     max_message_bytes: int = Field(1048576, ge=1024)
     allowed_lateness: Duration = 120.0
-    dedup_horizon: Duration = 600.0
+    # Late events count in the tables up to this (their ids are remembered that long);
+    # the detectors take them only within allowed_lateness.
+    dedup_horizon: Duration = 900.0
     checkpoint_interval: Duration = 2.0
     checkpoint_max_events: int = Field(50000, ge=1)
     # Cardinality guard (monitor/aggregate/guard.py): series beyond these caps are counted in

@@ -38,8 +38,15 @@ class IngestMetrics:
         )
         self.late_events = Counter(
             "specwatch_late_events",
+            "Events older than the newest event of their partition minus the dedup horizon; "
+            "not counted, sent to the dead letter.",
+            registry=registry,
+        )
+        self.late_counted_events = Counter(
+            "specwatch_late_counted_events",
             "Events older than the newest event of their partition minus the lateness "
-            "allowance; not counted, sent to the dead letter.",
+            "allowance but within the dedup horizon: counted in the tables, not fed to the "
+            "detectors.",
             registry=registry,
         )
         self.future_events = Counter(

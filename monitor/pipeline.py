@@ -124,12 +124,16 @@ class IngestSummary:
     invalid: int = 0
     duplicates: int = 0
     late: int = 0
+    late_counted: int = 0
     future: int = 0
 
     def line(self) -> str:
+        late = f"{self.late} late"
+        if self.late_counted:
+            late = f"{self.late_counted} late but counted, {late}"
         return (
             f"{self.messages} messages, {self.events} events counted, {self.invalid} invalid, "
-            f"{self.duplicates} duplicates, {self.late} late, {self.future} future"
+            f"{self.duplicates} duplicates, {late}, {self.future} future"
         )
 
 
@@ -339,8 +343,12 @@ class Pipeline:
         pending = self._pending
         observer = self.observer
         lateness = self._lateness
+        horizon = self._horizon
         max_ts = tracker.max_ts
         counted_events: list[Event] = []
+        # positions in counted_events of events past the detectors' allowance: in the tables,
+        # not in the detectors (which decide in event-time order)
+        late_counted: list[int] | None = None
         late: list[Rejection] | None = None
         future: list[Rejection] | None = None
         rule = self.future
@@ -366,16 +374,23 @@ class Pipeline:
                     continue
                 limit = rule.limit(ts)  # believed: it is the newest now
             if ts < max_ts - lateness:
-                if late is None:
-                    late = []
-                late.append(
-                    Rejection(
-                        f"late: event time {ts:.3f} is {max_ts - ts:.0f}s behind the newest "
-                        f"event of partition {partition} (allowance {lateness:.0f}s)",
-                        _reserialise(e),
+                if ts < max_ts - horizon:
+                    # Older than the request ids remembered: a duplicate of it could no
+                    # longer be told apart, so it cannot count exactly.
+                    if late is None:
+                        late = []
+                    late.append(
+                        Rejection(
+                            f"late: event time {ts:.3f} is {max_ts - ts:.0f}s behind the "
+                            f"newest event of partition {partition}, beyond the dedup "
+                            f"horizon ({horizon:.0f}s)",
+                            _reserialise(e),
+                        )
                     )
-                )
-                continue
+                    continue
+                if late_counted is None:
+                    late_counted = []
+                late_counted.append(len(counted_events))
             if ts > max_ts:
                 max_ts = ts
             fresh.add(rid)
@@ -416,8 +431,17 @@ class Pipeline:
                     sstats = slices[skey] = SliceStats()
                 sstats.update(e)
         counted = len(counted_events)
+        if late_counted:
+            self.summary.late_counted += len(late_counted)
+            self.metrics.late_counted_events.inc(len(late_counted))
         if counted and observer is not None:
-            observer.observe(partition, counted_events)
+            if late_counted:
+                skip = set(late_counted)
+                on_time = [e for i, e in enumerate(counted_events) if i not in skip]
+                if on_time:
+                    observer.observe(partition, on_time)
+            else:
+                observer.observe(partition, counted_events)
         if late:
             self.summary.late += len(late)
             self.metrics.late_events.inc(len(late))

@@ -37,7 +37,8 @@ def oracle(
     events: Iterable[dict[str, Any]], *, lateness: float, granularity: str = "hour"
 ) -> dict[tuple, list[int]]:
     """Exact sums written independently of specwatch's code: stdlib json, first occurrence
-    of a request_id wins, events older than the newest seen minus ``lateness`` are dropped.
+    of a request_id wins, events older than the newest seen minus ``lateness`` are dropped
+    (pass the dedup horizon: up to it, late events count in the tables).
 
     Keys are (bucket_start Unix seconds, route, target_model, target_revision, draft_model,
     draft_revision, num_speculative_tokens); values [requests, drafted, accepted].

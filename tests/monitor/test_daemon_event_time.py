@@ -115,3 +115,30 @@ def test_a_month_old_backlog_sends_at_most_one_reminder_per_episode(
 def _kinds(hook: WebhookReceiver, rule: str) -> Counter[str]:
     return Counter(kind for _, kind, _, record in list(hook.deliveries)
                    if record.get("rule") == rule)
+
+
+def test_events_up_to_ten_minutes_late_all_count_in_the_tables(
+    broker: EmbeddedBroker, migrated_url: str, tmp_path: Path
+) -> None:
+    # Default ingest settings: the detectors' allowance (2 min) is not the tables' (the
+    # dedup horizon, 15 min).
+    path = daemon_config(tmp_path, broker, migrated_url)
+    path.write_text("\n".join(line for line in path.read_text().splitlines()
+                              if "allowed_lateness" not in line
+                              and "dedup_horizon" not in line) + "\n")
+    config = load_config(path, env={})
+    assert (config.ingest.allowed_lateness, config.ingest.dedup_horizon) == (120.0, 900.0)
+    ensure_topics(broker.bootstrap_servers, [config.kafka.topic, config.kafka.dead_letter_topic],
+                  PARTITIONS)
+    out = tmp_path / "late.jsonl"
+    assert main(["simulate", "--duration", "40m", "--rate", "3", "--seed", "17",
+                 "--duplicates", "0.02", "--late", "0.05", "--late-max", "10m",
+                 "--out", str(out)]) == 0
+    events = list(read_jsonl(out))
+    registry = CollectorRegistry()
+    messages = produce(broker.bootstrap_servers, config.kafka.topic, events)
+    consume_until_checkpointed(config, registry, migrated_url, messages)
+    with Store(migrated_url) as store:
+        assert_exact(store, events, lateness=float("inf"))  # every event, exactly once
+    assert registry.get_sample_value("specwatch_late_events_total") == 0
+    assert registry.get_sample_value("specwatch_late_counted_events_total") > 20

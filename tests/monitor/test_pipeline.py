@@ -125,6 +125,60 @@ def test_late_events_beyond_the_allowance_go_to_the_dead_letter() -> None:
     assert metrics.registry.get_sample_value("specwatch_invalid_events_total") == 0.0
 
 
+class RecordingObserver:
+    """Records what the detectors are fed (an EventObserver with nothing to decide)."""
+
+    loaded = True
+    pending = False
+    now = 0.0
+
+    def __init__(self) -> None:
+        self.fed: list[str] = []
+        self.owned: set[int] = set()
+
+    def observe(self, partition: int, events: list) -> None:
+        self.fed.extend(e.request_id for e in events)
+
+    def drain(self) -> list:
+        return []
+
+    def drain_changes(self) -> list:
+        return []
+
+    def snapshot(self) -> dict:
+        return {}
+
+    def drop_all(self) -> None:
+        pass
+
+    def load(self, states: object) -> None:
+        pass
+
+
+def test_late_events_within_the_horizon_count_in_the_tables_not_in_the_detectors() -> None:
+    store = MemoryStore()
+    dl = CountingDeadLetter()
+    metrics = IngestMetrics(CollectorRegistry())
+    seen = RecordingObserver()
+    p = Pipeline(store, "test", IngestConfig(allowed_lateness=60.0, dedup_horizon=600.0),
+                 metrics, dl, observer=seen)
+    p.assign([0])
+    p.process(0, 0, msg(ev("a", 10_000.0)))
+    p.process(0, 1, msg(ev("on-time", 10_000.0 - 59.0), ev("late", 10_000.0 - 599.0)))
+    p.process(0, 2, msg(ev("late", 10_000.0 - 599.0)))  # its duplicate: still remembered
+    p.process(0, 3, msg(ev("beyond", 10_000.0 - 601.0)))
+    p.checkpoint()
+    assert store.totals()[0] == 3  # a, on-time, late
+    assert seen.fed == ["a", "on-time"]  # the detectors decide in event-time order
+    assert dl.count == 1  # beyond the horizon: a duplicate could not be told apart
+    sample = metrics.registry.get_sample_value
+    assert sample("specwatch_late_counted_events_total") == 1.0
+    assert sample("specwatch_late_events_total") == 1.0
+    assert sample("specwatch_duplicate_events_total") == 1.0
+    assert p.summary.late_counted == 1 and p.summary.late == 1
+    assert "1 late but counted, 1 late" in p.summary.line()
+
+
 def test_invalid_events_are_counted_and_valid_neighbours_kept() -> None:
     store = MemoryStore()
     p, dl, metrics = make(store)
