@@ -424,7 +424,7 @@ class Pipeline:
             if e.experiment_name is not None:
                 self._count_experiment(e, bucket_key)
             # A shadow twin ran on another upstream: its timing says nothing of this one's.
-            if slicer is not None and not (e.tags and e.tags.get("shadow") == "true"):
+            if slicer is not None and not (e.tags and e.is_shadow):
                 skey = (slicer.key(e), *bucket_key[:-1], int(e.ts // 3600) * 3600)
                 sstats = slices.get(skey)
                 if sstats is None:

@@ -33,7 +33,6 @@ __all__ = ["TICK_EVERY", "Router"]
 
 TICK_EVERY = 60.0  # event-time seconds between staleness and idle-pair sweeps
 SEGMENT_ID_CACHE = 65536
-SHADOW_TAG = "shadow"  # tags.shadow "true": a shadow twin, see monitor/proxy/shadow.py
 
 
 class Router:
@@ -67,8 +66,7 @@ class Router:
             name = e.route
             if name == OVERFLOW:
                 continue  # routes over the cardinality cap, mixed: nothing to judge
-            tags = e.tags
-            if tags is not None and tags.get(SHADOW_TAG) == "true":
+            if e.tags is not None and e.is_shadow:
                 # A shadow twin (``specwatch proxy --shadow-upstream``) ran only to check
                 # losslessness: it is no request of the route's, and no setup of it.
                 if e.prompt_hash is not None and greedy(e) and e.target_model != OVERFLOW:

@@ -27,6 +27,7 @@ here imports them at module level.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 import uuid
@@ -37,6 +38,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
 from monitor.engines.transformers_spec import RequestCounts, SpecCounter
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Completion", "GreedyModel", "OpenAIServer", "Speculation"]
 
@@ -244,7 +247,8 @@ class _Handler(BaseHTTPRequestHandler):
     server: OpenAIServer
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
-        pass  # quiet: tests read events, not access logs
+        # The base writes every access line to stderr; here it is a debug log line.
+        log.debug("%s %s", self.address_string(), format % args)
 
     def _json(self, status: int, obj: Any) -> None:
         body = json.dumps(obj).encode()

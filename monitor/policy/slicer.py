@@ -12,13 +12,13 @@ from typing import Any
 
 from monitor.config import PolicyConfig
 from monitor.policy.features import Buckets, tag_slice
-from monitor.telemetry.event import Event
+from monitor.telemetry.event import SHADOW_TAG, Event
 
 __all__ = ["OVERFLOW_TAGS", "Slicer"]
 
 OVERFLOW_TAGS = "*"
 # Set by the proxy on shadow twins: never a signal a caller chose.
-_EXCLUDED_TAGS = frozenset({"shadow"})
+_EXCLUDED_TAGS = frozenset({SHADOW_TAG})
 _CACHE_MAX = 100_000  # raw tag tuples remembered; past it, computed each time (still exact)
 
 

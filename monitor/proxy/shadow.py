@@ -38,13 +38,14 @@ from monitor.proxy.metrics import ProxyMetrics
 from monitor.proxy.stream import body_reader
 from monitor.proxy.upstream import UpstreamError, UpstreamPool
 from monitor.publish import WarnLimiter
+from monitor.telemetry.event import SHADOW_TAG
 
 __all__ = ["SHADOW_OUTCOMES", "SHADOW_TAGS", "Shadow", "sampled"]
 
 log = logging.getLogger(__name__)
 
 SHADOW_OUTCOMES = ("published", "dropped", "failed")
-SHADOW_TAGS = {"shadow": "true"}
+SHADOW_TAGS = {SHADOW_TAG: "true"}
 
 
 def sampled(prompt_hash: str, rate: float) -> bool:

@@ -109,17 +109,9 @@ def sample_requests(
     batch = 1 + chain.poisson(route.batch_mean * load * cond.batch_mult)
 
     # --- latency ---
-    bf = batch_factor(batch)
     spec_cost = 1.0 + k * route.draft_cost * cond.draft_cost_mult
-    step_ms = route.target_step_ms * bf * cond.slowdown * step_jitter
-    # Without a draft every output token is one plain target step.
-    decode_ms = np.where(drafting, steps * step_ms * spec_cost, output * step_ms)
-    ttft = (_PREFILL_BASE_MS + prompt * route.prefill_ms_per_token) * (1 + (batch - 1) / 64.0)
-    ttft = np.round(ttft * ttft_jitter, 1)
-    e2e = ttft + decode_ms
-    timed_out = status == STATUSES.index("timeout")
-    e2e = np.where(timed_out, np.maximum(e2e, timeout_ms * (1 + 0.02 * u_timeout)), e2e)
-    e2e = np.maximum(np.round(e2e, 1), ttft)
+    step_ms, ttft, e2e = timing(route, cond, batch, prompt, steps, output, drafting, spec_cost,
+                                status, step_jitter, ttft_jitter, u_timeout, timeout_ms)
 
     return Requests(
         status=status,
@@ -173,3 +165,23 @@ def draft_chains(
     drafted = k * steps
     output = np.where(drafting, steps + accepted, length)
     return steps, per_position, accepted, drafted, output
+
+
+def timing(
+    route: RouteProfile, cond: Conditions, batch: np.ndarray, prompt: np.ndarray,
+    steps: np.ndarray, output: np.ndarray, drafting: np.ndarray, spec_cost: np.ndarray,
+    status: np.ndarray, step_jitter: np.ndarray, ttft_jitter: np.ndarray,
+    u_timeout: np.ndarray, timeout_ms: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One plain target step, TTFT and e2e of each request: a speculative step costs
+    ``spec_cost`` plain steps, and without a draft every output token is one plain step;
+    timed-out requests last at least the timeout."""
+    step_ms = route.target_step_ms * batch_factor(batch) * cond.slowdown * step_jitter
+    decode_ms = np.where(drafting, steps * step_ms * spec_cost, output * step_ms)
+    ttft = (_PREFILL_BASE_MS + prompt * route.prefill_ms_per_token) * (1 + (batch - 1) / 64.0)
+    ttft = np.round(ttft * ttft_jitter, 1)
+    e2e = ttft + decode_ms
+    timed_out = status == STATUSES.index("timeout")
+    e2e = np.where(timed_out, np.maximum(e2e, timeout_ms * (1 + 0.02 * u_timeout)), e2e)
+    e2e = np.maximum(np.round(e2e, 1), ttft)
+    return step_ms, ttft, e2e

@@ -21,11 +21,9 @@ from monitor.simulate.effects import Conditions
 from monitor.simulate.model import (
     _ERROR_KINDS,
     _ERROR_OUTPUT_MEAN,
-    _PREFILL_BASE_MS,
-    STATUSES,
     Requests,
-    batch_factor,
     draft_chains,
+    timing,
 )
 from monitor.simulate.profiles import RouteProfile
 
@@ -83,14 +81,8 @@ def sample_policy_requests(
     # --- latency ---
     marginal = route.draft_cost * cond.draft_cost_mult + traits.verify.at(batch)
     spec_cost = np.where(drafting, 1.0 + k * marginal, 1.0)
-    step_ms = route.target_step_ms * batch_factor(batch) * cond.slowdown * step_jitter
-    decode_ms = np.where(drafting, steps * step_ms * spec_cost, output * step_ms)
-    ttft = (_PREFILL_BASE_MS + prompt * route.prefill_ms_per_token) * (1 + (batch - 1) / 64.0)
-    ttft = np.round(ttft * ttft_jitter, 1)
-    e2e = ttft + decode_ms
-    timed_out = status == STATUSES.index("timeout")
-    e2e = np.where(timed_out, np.maximum(e2e, timeout_ms * (1 + 0.02 * u_timeout)), e2e)
-    e2e = np.maximum(np.round(e2e, 1), ttft)
+    step_ms, ttft, e2e = timing(route, cond, batch, prompt, steps, output, drafting, spec_cost,
+                                status, step_jitter, ttft_jitter, u_timeout, timeout_ms)
 
     base = dict(route.tags)
     if traits.tag_key is None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 STATUSES = frozenset({"ok", "error", "timeout", "cancelled"})
+# tags.shadow "true": a shadow twin (specwatch proxy --shadow-upstream, monitor/proxy/shadow.py)
+SHADOW_TAG = "shadow"
 
 
 @dataclass(slots=True)
@@ -61,6 +63,13 @@ class Event:
     @property
     def is_error(self) -> bool:
         return self.status != "ok"
+
+    @property
+    def is_shadow(self) -> bool:
+        """A shadow twin: sent again to a non-speculative upstream only to check
+        losslessness; no request of its route's."""
+        tags = self.tags
+        return tags is not None and tags.get(SHADOW_TAG) == "true"
 
     @property
     def success(self) -> bool:
