@@ -159,7 +159,7 @@ def _ratio_columns(value: str) -> tuple[str, ...]:
 
 
 def cmd_ratios(args: argparse.Namespace) -> int:
-    from monitor.store.query import NARROW_COLUMNS, format_ratios, needs_latency
+    from monitor.store.query import NARROW_COLUMNS, format_ratios, sketches_for
     from monitor.store.store import Store
 
     table = args.format == "table"
@@ -172,8 +172,9 @@ def cmd_ratios(args: argparse.Namespace) -> int:
     span = {"granularity": args.granularity, "route": args.route, "since": args.since,
             "until": args.until}
     try:
-        rows = store.ratios(**span, price_per_gpu_hour=config.cost.price_per_gpu_hour)
-        latency = store.buckets(**span) if table and columns and needs_latency(columns) else None
+        sketches = sketches_for(columns) if table and columns else ()
+        rows, latency = store.ratio_table(
+            sketches, **span, price_per_gpu_hour=config.cost.price_per_gpu_hour)
     finally:
         store.close()
     out = format_ratios(rows, args.format, columns=columns if table else None, latency=latency)

@@ -111,6 +111,14 @@ class IngestConfig(Frozen):
     dedup_horizon: Duration = 900.0
     checkpoint_interval: Duration = 2.0
     checkpoint_max_events: int = Field(50000, ge=1)
+    # After a checkpoint that took d seconds the next waits at least factor x d (at most
+    # checkpoint_max_pause), so slow checkpoints (a backlog over thousands of series, a slow
+    # database) take at most 1 / (1 + factor) of the time and each series' rows are written
+    # once per pause instead of once per interval: Flink's minimum pause between
+    # checkpoints, scaled by what the last one cost. A consumer with nothing left to read
+    # checkpoints at once.
+    checkpoint_pause_factor: float = Field(4.0, ge=0.0)
+    checkpoint_max_pause: Duration = 20.0
     # Cardinality guard (monitor/aggregate/guard.py): series beyond these caps are counted in
     # an overflow series of their route (or an overflow route), so memory stays bounded.
     max_series_per_route: int = Field(256, ge=1)

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from monitor import heap
 from monitor.aggregate.bucket import BucketStats
 from monitor.aggregate.series import SeriesKey
 from monitor.alert_record import AlertRecord
@@ -199,7 +200,8 @@ class Pipeline:
         # GPUs for its duration (config ``cost.gpus_per_replica``).
         self._gpus_per_replica = gpus_per_replica
         self._pending_events = 0
-        self._last_checkpoint = clock()
+        self._last_checkpoint = clock()  # when the newest checkpoint started
+        self._pause_until = self._last_checkpoint  # none by count or age before this
         self._lateness = config.allowed_lateness
         self._horizon = config.dedup_horizon
 
@@ -480,18 +482,36 @@ class Pipeline:
     # -- checkpoints -------------------------------------------------------------------------
 
     def due(self) -> bool:
-        return (
+        now = self._clock()
+        return now >= self._pause_until and (
             self._pending_events >= self.config.checkpoint_max_events
-            or self._clock() - self._last_checkpoint >= self.config.checkpoint_interval
+            or now - self._last_checkpoint >= self.config.checkpoint_interval
         )
+
+    @property
+    def pending(self) -> bool:
+        """Whether anything read is not checkpointed yet (an idle source checkpoints it)."""
+        return bool(self._pending_events or self._pending or self._pending_slices
+                    or any(t.dirty for t in self._partitions.values()))
 
     def checkpoint(self) -> bool:
         """Write pending deltas and partition progress in one transaction.
 
         Returns ``False`` when fenced: the caller must re-assign its partitions (which reloads
-        their stored state) and seek back to the stored offsets.
+        their stored state) and seek back to the stored offsets. A committed checkpoint's
+        cost sets the pause before the next (``ingest.checkpoint_pause_factor``).
         """
-        self._last_checkpoint = self._clock()
+        started = self._last_checkpoint = self._clock()
+        committed = self._checkpoint()
+        if committed:
+            # Only a committed checkpoint's cost counts: a failed or fenced one says nothing
+            # about the next, which must come as soon as the store or the partitions allow.
+            cfg, end = self.config, self._clock()
+            self._pause_until = end + min(
+                cfg.checkpoint_max_pause, cfg.checkpoint_pause_factor * (end - started))
+        return committed
+
+    def _checkpoint(self) -> bool:
         dirty = {p: t for p, t in self._partitions.items() if t.dirty}
         observer, alerting = self.observer, self.alerting
         decided = (observer is not None and observer.pending) or bool(self._applied_baselines)
@@ -572,6 +592,10 @@ class Pipeline:
         newest = max((t.max_ts for t in self._partitions.values()), default=NEG_INF)
         if newest != NEG_INF:
             self.metrics.event_time_lag.set(max(0.0, time.time() - newest))
+        written = len(rollups) + len(state) + len(cp.slices)
+        del cp, state, rollups, experiments
+        if written >= heap.TRIM_AFTER_ROWS:
+            heap.release()  # the checkpoint's peak, freed just now, back to the system
         return True
 
 

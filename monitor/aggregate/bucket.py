@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from operator import add
+from operator import add, attrgetter, itemgetter
 from typing import Any
 
 from monitor.aggregate.outcome import OutcomeRates, cost_per_success
@@ -38,6 +38,12 @@ COUNTERS = (
 # Sums of floats: stored as doubles, never truncated to an int on the way back.
 FLOATS = ("gpu_seconds", "gpu_seconds_sq", "success_gpu_seconds")
 SKETCHES = ("ttft_ms", "e2e_ms", "decode_tps", "itl_p50_ms", "itl_p99_ms")
+
+
+_BY_KEY = (itemgetter(*COUNTERS), itemgetter(*FLOATS), itemgetter("per_position"),
+           itemgetter(*SKETCHES))
+_BY_ATTR = (attrgetter(*COUNTERS), attrgetter(*FLOATS), attrgetter("per_position"),
+            attrgetter(*SKETCHES))
 
 
 class BucketStats(OutcomeRates):
@@ -245,14 +251,15 @@ class BucketStats(OutcomeRates):
     @classmethod
     def from_row(cls, row: Any) -> BucketStats:
         """Inverse of :meth:`to_row`; accepts a mapping or a SQLAlchemy row."""
-        get = row.__getitem__ if isinstance(row, dict) else lambda k: getattr(row, k)
+        # one C-level getter per group: checkpoints read back every touched row
+        counters, floats, position, sketches = _BY_KEY if isinstance(row, dict) else _BY_ATTR
         b = cls()
-        for name in COUNTERS:
-            setattr(b, name, int(get(name) or 0))
-        for name in FLOATS:
-            setattr(b, name, float(get(name) or 0.0))
-        b.per_position = list(get("per_position") or [])
-        b._sketches = tuple(LogHistogram.from_json(get(name)) for name in SKETCHES)
+        for name, value in zip(COUNTERS, counters(row), strict=True):
+            setattr(b, name, int(value or 0))
+        for name, value in zip(FLOATS, floats(row), strict=True):
+            setattr(b, name, float(value or 0.0))
+        b.per_position = list(position(row) or [])
+        b._sketches = tuple(map(LogHistogram.from_json, sketches(row)))
         return b
 
     def __eq__(self, other: object) -> bool:

@@ -737,8 +737,18 @@ class OverdispersedCusum(Detector):
         )
 
 
+_SCALARS = frozenset({float, int, str, bool, type(None)})
+
+
 def _copy(value: Any) -> Any:
     """A deep copy of JSON-like data, so a snapshot never aliases live state."""
+    kind = type(value)
+    if kind in _SCALARS:  # most of a detector's state; checkpoints snapshot every segment
+        return value
+    if kind is list:
+        if all(type(v) in _SCALARS for v in value):
+            return value.copy()
+        return [_copy(v) for v in value]
     if isinstance(value, list):
         return [_copy(v) for v in value]
     if isinstance(value, dict):

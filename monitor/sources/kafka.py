@@ -211,7 +211,8 @@ class KafkaSource:
             self.outage(e)
             return n
         self._empty_polls = 0 if n else self._empty_polls + 1
-        if pipeline.due():
+        if pipeline.due() or (not n and pipeline.pending):
+            # caught up: nothing to amortise a pause over, so what was read is stored now
             self.checkpoint()
         return n
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import unicodedata
@@ -16,7 +17,7 @@ from sqlalchemy import Connection, Select, select
 from monitor.aggregate.bucket import COUNTERS, FLOATS, OUTCOME_COUNTERS, SKETCHES, BucketStats
 from monitor.aggregate.outcome import OutcomeRates, cost_per_success
 from monitor.aggregate.series import SeriesKey
-from monitor.aggregate.sketch import LogHistogram
+from monitor.aggregate.sketch import LogHistogram, quantile_of
 from monitor.store.checkpoint import GRANULARITIES
 from monitor.store.series_ids import series_key_of
 from monitor.store.tables import rollups_table, series_table
@@ -156,7 +157,10 @@ class RatioRow(OutcomeRates):
 
     @property
     def series(self) -> SeriesKey:
-        return series_key_of(self)
+        # spelt out: tables ask for it once per row and cell (``series_key_of`` is generic)
+        return SeriesKey(self.route, self.target_model, self.target_revision,
+                         self.target_tokenizer, self.draft_model, self.draft_revision,
+                         self.draft_tokenizer, self.method, self.num_speculative_tokens)
 
     def sort_key(self) -> tuple[Any, ...]:
         return (self.bucket_start, *self.series)
@@ -194,29 +198,103 @@ def _filtered(
 _KEY_COLUMNS = [series_table.c[name] for name in SeriesKey._fields]
 
 
-def ratio_rows(
+def ratio_table(
     conn: Connection,
     granularity: str,
     route: str | None,
     since: datetime | None,
     until: datetime | None,
     price_per_gpu_hour: float | None = None,
-) -> list[RatioRow]:
+    sketches: Sequence[str] = (),
+) -> tuple[list[RatioRow], dict[tuple[SeriesKey, datetime], Sketches]]:
+    """Ratio rows, sorted, and per row the stored sketches ``sketches`` (of
+    :data:`SKETCHES`) that a table's quantile columns read, in one pass over the rows."""
+    _check_sketches(sketches)
     r = rollups_table.c
     stmt = select(r.bucket_start, *_KEY_COLUMNS, *(r[name] for name in _RATIO_COUNTERS),
-                  r.itl_p50_ms, r.itl_p99_ms)
+                  r.itl_p50_ms, r.itl_p99_ms, *(r[n].label(f"sketch_{n}") for n in sketches))
     stmt = _filtered(stmt, granularity, route, since, until)
     rows = []
-    for row in conn.execute(stmt):
-        values = row._asdict()
-        for name, q in (("itl_p50_ms", 0.5), ("itl_p99_ms", 0.99)):
-            sketch = values[name]
-            values[name] = LogHistogram.from_json(sketch).quantile(q) if sketch else None
-        rows.append(RatioRow(granularity=granularity, price_per_gpu_hour=price_per_gpu_hour,
-                             **values))
+    latency = {}
+    result = conn.execute(stmt)
+    names = tuple(result.keys())  # once, not per row (``Row._asdict`` builds them each time)
+    fields = names[: len(names) - len(sketches)]
+    p50, p99 = names.index("itl_p50_ms"), names.index("itl_p99_ms")
+    for row in result:
+        values = list(row)
+        sketch = values[p50]
+        if sketch:
+            values[p50] = quantile_of(sketch, 0.5)
+        sketch = values[p99]
+        if sketch:
+            values[p99] = quantile_of(sketch, 0.99)
+        ratio = RatioRow(granularity=granularity, price_per_gpu_hour=price_per_gpu_hour,
+                         **dict(zip(fields, values, strict=False)))
+        rows.append(ratio)
+        if sketches:
+            latency[(ratio.series, ratio.bucket_start)] = Sketches(
+                {n: StoredSketch(v) for n, v in zip(sketches, values[len(fields):], strict=True)})
     # Sorted here rather than in SQL: string order must not depend on the server's collation.
     rows.sort(key=RatioRow.sort_key)
-    return rows
+    return rows, latency
+
+
+def _check_sketches(names: Sequence[str]) -> None:
+    unknown = set(names) - set(SKETCHES)
+    if unknown:
+        raise ValueError(f"unknown sketch {sorted(unknown)}; known: {', '.join(SKETCHES)}")
+
+
+class StoredSketch:
+    """A sketch as stored (its JSON form), for reading quantiles off without decoding it."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: dict[str, Any] | None) -> None:
+        self.data = data
+
+    def quantile(self, q: float) -> float | None:
+        return quantile_of(self.data, q)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, LogHistogram):
+            return LogHistogram.from_json(self.data) == other
+        return isinstance(other, StoredSketch) and self.data == other.data
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class Sketches:
+    """Some of a bucket's latency sketches, by name (``ttft_ms``...), as attributes with a
+    ``quantile``: what a table's quantile columns read, without decoding the rest of the
+    row or the sketches themselves."""
+
+    def __init__(self, sketches: Mapping[str, StoredSketch]) -> None:
+        self.__dict__.update(sketches)
+
+
+def sketch_rows(
+    conn: Connection,
+    granularity: str,
+    route: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    names: Sequence[str],
+) -> dict[tuple[SeriesKey, datetime], Sketches]:
+    """Per (series, bucket start), the sketches ``names`` (of :data:`SKETCHES`) only."""
+    _check_sketches(names)
+    r = rollups_table.c
+    stmt = _filtered(select(r.bucket_start, r.series_id, *_KEY_COLUMNS, *(r[n] for n in names)),
+                     granularity, route, since, until)
+    keys: dict[int, SeriesKey] = {}
+    out = {}
+    for row in conn.execute(stmt):
+        key = keys.get(row.series_id)
+        if key is None:
+            key = keys[row.series_id] = series_key_of(row)
+        out[(key, row.bucket_start)] = Sketches(
+            {n: StoredSketch(getattr(row, n)) for n in names})
+    return out
 
 
 def bucket_rows(
@@ -285,6 +363,13 @@ def _display(s: str) -> str:
 
 def _width(s: str) -> int:
     """Terminal columns: East Asian wide and emoji count 2, combining marks and ZWJ 0."""
+    if s.isascii():
+        return len(s)  # nearly every cell: _display has escaped the control characters
+    return _wide_width(s)
+
+
+@functools.lru_cache(maxsize=4096)  # pair labels ("…"), routes: one per series, many rows
+def _wide_width(s: str) -> int:
     w = 0
     for ch in s:
         if unicodedata.combining(ch) or unicodedata.category(ch) in ("Mn", "Me", "Cf"):
@@ -309,16 +394,21 @@ def _table(rows: Sequence[RatioRow]) -> str:
 
 # --- the terminal table: chosen columns --------------------------------------------------
 
-# One bucket of one series, the latency sketches behind the ttft/e2e/decode columns.
-Latency = Mapping[tuple[SeriesKey, datetime], BucketStats]
+# One bucket of one series, the latency sketches behind the ttft/e2e/decode columns: a
+# BucketStats, or the Sketches that ``sketch_rows`` reads (only those the columns need).
+Latency = Mapping[tuple[SeriesKey, datetime], BucketStats | Sketches]
 
 
 @dataclass(frozen=True, slots=True)
 class _Column:
     heading: str
-    value: Callable[[RatioRow, BucketStats | None], str]
+    value: Callable[[RatioRow, Any], str]
     numeric: bool = False
-    latency: bool = False  # needs the bucket's sketches, a second read
+    sketch: str | None = None  # the bucket sketch it reads (a second read), if any
+
+    @property
+    def latency(self) -> bool:
+        return self.sketch is not None
 
 
 def _bucket(row: RatioRow, _: BucketStats | None) -> str:
@@ -368,11 +458,11 @@ def short_pair(target_model: str, draft_model: str, method: str, k: int,
 
 
 def _quantile(heading: str, sketch: str, q: float, spec: str, unit: str = "") -> _Column:
-    def value(_: RatioRow, stats: BucketStats | None) -> str:
+    def value(_: RatioRow, stats: Any) -> str:
         v = None if stats is None else getattr(stats, sketch).quantile(q)
         return "-" if v is None else format(v, spec) + unit
 
-    return _Column(heading, value, numeric=True, latency=True)
+    return _Column(heading, value, numeric=True, sketch=sketch)
 
 
 def _field(name: str, heading: str | None = None) -> _Column:
@@ -425,7 +515,17 @@ def table_columns(spec: str) -> tuple[str, ...]:
 
 def needs_latency(columns: Iterable[str]) -> bool:
     """Whether ``columns`` show quantiles: the caller reads the buckets' sketches for them."""
-    return any(TABLE_COLUMNS[c].latency for c in columns)
+    return bool(sketches_for(columns))
+
+
+def sketches_for(columns: Iterable[str]) -> tuple[str, ...]:
+    """The bucket sketches ``columns`` read (for :func:`sketch_rows`), in column order.
+
+    >>> sketches_for(NARROW_COLUMNS)
+    ('ttft_ms',)
+    """
+    names = (TABLE_COLUMNS[c].sketch for c in columns)
+    return tuple(dict.fromkeys(n for n in names if n is not None))
 
 
 def _aligned(headings: Sequence[str], numeric: Sequence[bool],
@@ -475,10 +575,14 @@ def _chosen_table(rows: Sequence[RatioRow], columns: Sequence[str], latency: Lat
         pairs = _pair_labels(rows)
         cols = [replace(c, value=lambda r, _: pairs[r.series]) if name == "pair" else c
                 for name, c in zip(columns, cols, strict=True)]
-    body = (
-        [c.value(r, latency.get((r.series, r.bucket_start))) for c in cols] for r in rows
-    )
-    return _aligned([c.heading for c in cols], [c.numeric for c in cols], body)
+    values = [c.value for c in cols]
+
+    def body() -> Iterator[list[str]]:
+        for r in rows:
+            stats = latency.get((r.series, r.bucket_start)) if latency else None
+            yield [value(r, stats) for value in values]
+
+    return _aligned([c.heading for c in cols], [c.numeric for c in cols], body())
 
 
 def format_ratios(rows: Iterable[RatioRow], fmt: str, *, columns: Sequence[str] | None = None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -295,7 +295,38 @@ class Store:
         ``price_per_gpu_hour`` (``cost.price_per_gpu_hour``) prices their
         ``cost_per_success``; without it that is ``None``."""
         with self._reader.connect() as conn:
-            return query.ratio_rows(conn, granularity, route, since, until, price_per_gpu_hour)
+            return query.ratio_table(conn, granularity, route, since, until,
+                                     price_per_gpu_hour)[0]
+
+    def ratio_table(
+        self,
+        sketches: Sequence[str],
+        *,
+        granularity: str = "hour",
+        route: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        price_per_gpu_hour: float | None = None,
+    ) -> tuple[list[RatioRow], dict[tuple[SeriesKey, datetime], query.Sketches]]:
+        """:meth:`ratios`, and per row the latency sketches ``sketches`` (``ttft_ms``...)
+        that a table's quantile columns read, in one query (``specwatch ratios``)."""
+        with self._reader.connect() as conn:
+            return query.ratio_table(conn, granularity, route, since, until,
+                                     price_per_gpu_hour, sketches)
+
+    def sketches(
+        self,
+        names: Sequence[str],
+        *,
+        granularity: str,
+        route: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> dict[tuple[SeriesKey, datetime], query.Sketches]:
+        """Per (series, bucket start) in the range, only the latency sketches ``names``
+        (``ttft_ms``...): a table's quantile columns without the rest of each row."""
+        with self._reader.connect() as conn:
+            return query.sketch_rows(conn, granularity, route, since, until, names)
 
     def stats(
         self,

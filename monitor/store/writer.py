@@ -168,60 +168,56 @@ _UPDATE_ROLLUP = update(rollups_table).where(
 def merge_rollups(
     conn: Connection, folded: Mapping[FoldedKey, BucketStats], ids: Mapping[SeriesKey, int]
 ) -> None:
-    """Read-merge-write the touched rows: one SELECT per chunk, one executemany each way."""
-    by_gran: dict[str, dict[tuple[int, int], BucketStats]] = {}
+    """Read-merge-write the touched rows, a chunk of series at a time: one SELECT per chunk,
+    one executemany each way. Chunks keep the transient memory of a checkpoint over many
+    series (stored rows decoded, rows to write encoded) to one chunk's worth."""
+    by_gran: dict[str, dict[int, dict[int, BucketStats]]] = {}
     for (gran, key, start), stats in folded.items():
-        by_gran.setdefault(gran, {})[(ids[key], start)] = stats
+        by_gran.setdefault(gran, {}).setdefault(ids[key], {})[start] = stats
+    for gran, by_sid in by_gran.items():
+        sids = sorted(by_sid)
+        for sid_part in chunks(sids):
+            _merge_chunk(conn, gran, {sid: by_sid[sid] for sid in sid_part})
 
+
+def _merge_chunk(conn: Connection, gran: str, deltas: Mapping[int, Mapping[int, BucketStats]]
+                 ) -> None:
+    # series IN (...) AND start IN (...) is a superset of the touched pairs, but unlike a
+    # row-value IN it is an index range on the primary key for both databases, and a
+    # checkpoint's series and minutes mostly form a full grid anyway.
+    starts = sorted({start for by_start in deltas.values() for start in by_start})
+    existing: dict[tuple[int, int], Any] = {}
+    for start_part in chunks(starts):
+        stmt = (
+            select(rollups_table)
+            .where(
+                _C.granularity == gran,
+                _C.series_id.in_(list(deltas)),
+                _C.bucket_start.in_([utc(t) for t in start_part]),
+            )
+            .order_by(_C.series_id, _C.bucket_start)
+            # Locks the rows until commit on PostgreSQL; SQLite ignores it (the whole
+            # database is already locked by BEGIN IMMEDIATE). Chunks go by ascending series,
+            # so two writers still take their locks in one order.
+            .with_for_update()
+        )
+        for row in conn.execute(stmt):
+            sid, start = row.series_id, int(row.bucket_start.timestamp())
+            if start in deltas[sid]:
+                existing[(sid, start)] = row
     inserts: list[dict[str, Any]] = []
     updates: list[dict[str, Any]] = []
-    for gran, deltas in by_gran.items():
-        # series IN (...) AND start IN (...) is a superset of the touched pairs, but unlike a
-        # row-value IN it is an index range on the primary key for both databases, and a
-        # checkpoint's series and minutes mostly form a full grid anyway.
-        sids = sorted({sid for sid, _ in deltas})
-        starts = sorted({start for _, start in deltas})
-        existing: dict[tuple[int, int], Any] = {}
-        for sid_part in chunks(sids):
-            for start_part in chunks(starts):
-                stmt = (
-                    select(rollups_table)
-                    .where(
-                        _C.granularity == gran,
-                        _C.series_id.in_(sid_part),
-                        _C.bucket_start.in_([utc(t) for t in start_part]),
-                    )
-                    .order_by(_C.series_id, _C.bucket_start)
-                    # Locks the rows until commit on PostgreSQL; SQLite ignores it (the whole
-                    # database is already locked by BEGIN IMMEDIATE).
-                    .with_for_update()
-                )
-                for row in conn.execute(stmt):
-                    key = (row.series_id, int(row.bucket_start.timestamp()))
-                    if key in deltas:
-                        existing[key] = row
-        for (sid, start), delta in deltas.items():
+    for sid, by_start in deltas.items():
+        for start, delta in by_start.items():
             row = existing.get((sid, start))
             if row is None:
-                inserts.append(
-                    {
-                        "granularity": gran,
-                        "series_id": sid,
-                        "bucket_start": utc(start),
-                        **delta.to_row(),
-                    }
-                )
+                inserts.append({"granularity": gran, "series_id": sid,
+                                "bucket_start": utc(start), **delta.to_row()})
             else:
                 merged = BucketStats.from_row(row)
                 merged.merge(delta)
-                updates.append(
-                    {
-                        "b_granularity": gran,
-                        "b_series_id": sid,
-                        "b_bucket_start": row.bucket_start,
-                        **merged.to_row(),
-                    }
-                )
+                updates.append({"b_granularity": gran, "b_series_id": sid,
+                                "b_bucket_start": row.bucket_start, **merged.to_row()})
     if inserts:
         conn.execute(insert(rollups_table), inserts)
     if updates:

@@ -276,3 +276,91 @@ def test_revoke_hands_detector_state_over_through_the_store() -> None:
     p.assign([0])  # e.g. the partition came back after a rebalance
     assert detection.loaded and detection.owned == {0}
     assert [s["labels"]["route"] for s in detection.recommendations()] == ["code"]
+
+
+def test_a_large_checkpoint_hands_its_freed_peak_back_to_the_system(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from monitor import heap
+
+    released: list[int] = []
+    monkeypatch.setattr(heap, "release", lambda: released.append(1) or True)
+    monkeypatch.setattr(heap, "TRIM_AFTER_ROWS", 50)
+    store = MemoryStore()
+    p, _, _ = make(store)
+    p.process(0, 0, msg(*(ev(f"s{i}", 1000.0 + i) for i in range(10))))  # 10 minute rows
+    p.checkpoint()
+    assert released == []  # a small checkpoint leaves too little behind to trim
+    p.process(0, 1, msg(*(ev(f"l{i}", 2000.0 + 60 * i) for i in range(60))))  # 60 minutes
+    p.checkpoint()
+    assert released == [1]
+    assert store.totals()[0] == 70
+
+
+def test_release_trims_the_c_heap_where_glibc_runs_it() -> None:
+    import platform
+
+    from monitor import heap
+
+    # glibc on every machine of this project: a silent no-op there would hide a broken call
+    assert heap.release() is (platform.libc_ver()[0] == "glibc")
+
+
+def test_a_slow_checkpoint_pauses_the_next_in_proportion() -> None:
+    now = [0.0]
+    store = MemoryStore()
+    real_commit = store.commit
+    cost = [0.0]
+
+    def slow_commit(cp: Checkpoint) -> None:  # many series or a slow database
+        now[0] += cost[0]
+        real_commit(cp)
+
+    store.commit = slow_commit  # type: ignore[method-assign]
+    config = IngestConfig(checkpoint_interval=2.0, checkpoint_max_events=1,
+                          checkpoint_pause_factor=4.0, checkpoint_max_pause=30.0)
+    p = Pipeline(store, "t", config, IngestMetrics(CollectorRegistry()), CountingDeadLetter(),
+                 clock=lambda: now[0])
+    p.assign([0])
+    p.process(0, 0, msg(ev("a", 1.0)))
+    cost[0] = 3.0
+    p.checkpoint()  # from t=0 to t=3: the next waits 4 x 3 s, until t=15
+    p.process(0, 1, msg(ev("b", 1.0)))
+    now[0] = 14.9
+    assert not p.due() and p.pending  # over the count and the interval, inside the pause
+    now[0] = 15.0
+    assert p.due()
+    cost[0] = 20.0
+    p.checkpoint()  # t=15 to t=35: 4 x 20 s is capped at 30 s, until t=65
+    assert not p.pending
+    p.process(0, 2, msg(ev("c", 1.0)))
+    now[0] = 64.9
+    assert not p.due()
+    now[0] = 65.0
+    assert p.due()
+    cost[0] = 0.0
+    p.checkpoint()  # a quick one: no pause, only the interval and the event count again
+    p.process(0, 3, msg(ev("d", 1.0)))
+    assert p.due()
+    assert store.commits == 3 and store.totals()[0] == 3
+
+
+def test_a_checkpoint_that_fails_slowly_does_not_pause_the_next() -> None:
+    now = [0.0]
+    store = MemoryStore()
+    real_commit = store.commit
+
+    def stalled_then_gone(cp: Checkpoint) -> None:
+        now[0] += 30.0  # the store's deadline
+        raise RuntimeError("database went away")
+
+    p = Pipeline(store, "t", IngestConfig(checkpoint_interval=2.0, checkpoint_max_events=1),
+                 IngestMetrics(CollectorRegistry()), CountingDeadLetter(), clock=lambda: now[0])
+    p.assign([0])
+    p.process(0, 0, msg(ev("a", 1.0)))
+    store.commit = stalled_then_gone  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        p.checkpoint()
+    store.commit = real_commit  # type: ignore[method-assign]
+    p.assign([0])  # what the daemon does once the store answers again
+    p.process(0, 0, msg(ev("a", 1.0)))
+    assert p.due()

@@ -53,3 +53,14 @@ def test_zeros_empty_and_bad_arguments() -> None:
         LogHistogram(0.0)
     with pytest.raises(ValueError):
         h.merge(LogHistogram(0.05))
+
+
+@given(st.lists(st.floats(min_value=0.0, max_value=1e6, allow_nan=False), max_size=300),
+       st.floats(min_value=0.0, max_value=1.0))
+def test_quantile_of_the_json_form_equals_the_sketchs(values: list[float], q: float) -> None:
+    from monitor.aggregate.sketch import quantile_of
+
+    h = LogHistogram()
+    h.extend(values)
+    assert quantile_of(h.to_json(), q) == h.quantile(q)
+    assert quantile_of(LogHistogram.from_json(h.to_json()).to_json(), q) == h.quantile(q)

@@ -53,3 +53,38 @@ def test_caught_up_only_once_the_backlog_is_read(broker: EmbeddedBroker,
             assert source.caught_up()
         finally:
             source.close()
+
+
+def test_a_source_with_nothing_left_to_read_checkpoints_inside_a_pause(
+        broker: EmbeddedBroker, tmp_path: Path) -> None:
+    """A slow checkpoint pauses the next (``ingest.checkpoint_pause_factor``), but the tail
+    of a backlog is not left waiting for it: the first empty poll stores what was read."""
+    name = uuid.uuid4().hex[:8]
+    config = KafkaConfig(bootstrap_servers=broker.bootstrap_servers, topic=f"t-{name}",
+                         group_id=f"g-{name}", partitions=1, session_timeout_ms=6000,
+                         max_poll_records=50)
+    ensure_topics(config.bootstrap_servers, [config.topic], config.partitions)
+    events = [dict(valid_event(), request_id=f"r{i}") for i in range(120)]
+    messages = produce(config.bootstrap_servers, config.topic, events)
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    upgrade(db)
+    # Never due by age or count, and inside a pause: only being idle stores anything.
+    ingest = IngestConfig(checkpoint_interval=3600.0, checkpoint_max_events=10**6)
+    with Store(db) as store:
+        pipeline = Pipeline(store, source_id(config), ingest,
+                            IngestMetrics(CollectorRegistry()), CountingDeadLetter())
+        source = KafkaSource(config, pipeline)
+
+        def stored() -> int:
+            return store.load_partitions(pipeline.source, [0])[0].next_offset or 0
+
+        try:
+            read = 0
+            while read < messages:
+                read += source.poll_once(timeout_ms=500)
+            pipeline._pause_until = float("inf")  # as after a slow checkpoint
+            assert pipeline.pending and not pipeline.due()
+            assert source.poll_once(timeout_ms=50) == 0
+            assert stored() == messages and not pipeline.pending
+        finally:
+            source.close()

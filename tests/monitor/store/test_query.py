@@ -8,6 +8,7 @@ import json
 import math
 import random
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -292,3 +293,62 @@ def test_narrow_table_tells_apart_pairs_that_would_read_the_same(store: Store) -
     assert pairs == ["llama-70b/…1b", "llama-70b/…1b @r1 draft@d1", "llama-70b/…1b @r2 draft@d1",
                      "llama-70b/…1b @r2 draft@d2"]
     assert all(line.split()[-2:] == ["100ms", "100ms"] for line in table[1:])
+
+
+def test_sketches_read_only_the_named_sketches_and_make_the_same_table(store: Store) -> None:
+    rng = random.Random(11)
+    evs = [event(f"s{i}", T0 + rng.uniform(0, 7200), rng.choice(["code", "chat"]),
+                 e2e_ms=rng.lognormvariate(6.5, 0.8), ttft_ms=rng.lognormvariate(4.5, 0.5))
+           for i in range(600)]
+    store.commit(checkpoint(evs, next_offset=len(evs)))
+    span = {"granularity": "minute", "route": "code", "since": at(T0 + 600)}
+    full = store.buckets(**span)
+    got = store.sketches(("ttft_ms", "e2e_ms"), **span)
+    assert got.keys() == full.keys() and got
+    for key, sketches in got.items():
+        assert sketches.ttft_ms == full[key].ttft_ms and sketches.e2e_ms == full[key].e2e_ms
+        assert not hasattr(sketches, "decode_tps")  # not read
+    rows = store.ratios(**span)
+    columns = (*NARROW_COLUMNS, "e2e_p99")
+    assert (format_ratios(rows, "table", columns=columns, latency=got)
+            == format_ratios(rows, "table", columns=columns, latency=full))
+    with pytest.raises(ValueError, match="unknown sketch"):
+        store.sketches(("requests",), granularity="hour")
+
+
+def test_a_routes_hour_rows_are_read_by_the_primary_key(tmp_path: Path) -> None:
+    """``ratios --route`` on a large store (``bench/ratios.py``): the route's series lead,
+    and their hour rows are a range of the primary key (granularity, series, start),
+    never a pass over every series' rows of the time range. On SQLite only: PostgreSQL's
+    plan is its planner's choice by table size (``bench/ratios.py --db`` prints it)."""
+    from sqlalchemy import select
+
+    from monitor.store.db import upgrade
+    from monitor.store.query import _filtered
+    from monitor.store.tables import rollups_table
+
+    url = f"sqlite:///{tmp_path / 'plan.db'}"
+    upgrade(url)
+    store = Store(url)
+    _two_routes(store)
+    r = rollups_table.c
+    stmt = _filtered(select(r.bucket_start, r.requests), "hour", "code", at(T0), None)
+    with store.engine.connect() as conn:
+        conn.exec_driver_sql("ANALYZE")
+        sql = str(stmt.compile(conn, compile_kwargs={"literal_binds": True}))
+        plan = " | ".join(str(row[-1]) for row in conn.exec_driver_sql(
+            "EXPLAIN QUERY PLAN " + sql))
+    store.close()
+    assert "SEARCH rollups USING INDEX sqlite_autoindex_rollups_1 (granularity=? AND " \
+           "series_id=? AND bucket_start>?)" in plan, plan
+
+
+def test_ratio_table_gives_the_ratios_and_their_sketches_in_one_read(store: Store) -> None:
+    _two_routes(store)
+    span = {"granularity": "minute", "since": at(T0)}
+    rows, latency = store.ratio_table(("ttft_ms",), **span)
+    assert rows == store.ratios(**span)
+    assert latency.keys() == store.sketches(("ttft_ms",), **span).keys()
+    assert format_ratios(rows, "table", columns=NARROW_COLUMNS, latency=latency) == \
+        format_ratios(rows, "table", columns=NARROW_COLUMNS, latency=store.buckets(**span))
+    assert store.ratio_table((), **span) == (rows, {})

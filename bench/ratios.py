@@ -1,0 +1,196 @@
+"""`specwatch ratios` on a large store: a route's hourly table among 10,000 series x 30 days.
+
+Fills a fresh, migrated store (SQLite by default, or ``--db``) with ``--series`` series
+spread over ``--routes`` routes (40 series a route at the defaults), and for each an hour
+row for every hour of ``--days`` days plus the day rows (7.2 million hour rows at the
+defaults): one hour of rows is written
+through the store's own table, and every other hour is copied from it inside the database,
+so the fill is fast. The rows carry real sketches (a simulated hour of one series). Minute
+rows are left out: the rollups' primary key leads with the granularity, so they sit in
+another part of the index and a query of hours never reads them.
+
+Then, timed (median of ``--repeat`` runs, each on a new connection):
+
+- ``Store.ratios(granularity="hour", route=...)``: what `specwatch ratios` and
+  ``/api/v1/ratios`` call, for the whole 30 days and for the last day;
+- what `specwatch ratios --route R --granularity hour` does for its default (narrow) table:
+  the same rows, the bucket sketches for the TTFT quantiles beside them, and the text;
+- the database's plan for the query (it must search by index, not scan the table).
+
+    PYTHONPATH=. python bench/ratios.py                     # 10,000 series, 30 days, SQLite
+    PYTHONPATH=. python bench/ratios.py --db postgresql+psycopg://postgres@127.0.0.1:5432/test
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from sqlalchemy import bindparam, create_engine, event, insert, text
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from monitor.aggregate.bucket import BucketStats  # noqa: E402
+from monitor.aggregate.series import SeriesKey  # noqa: E402
+from monitor.simulate import Simulator, scenario_config  # noqa: E402
+from monitor.store.db import make_engine, upgrade  # noqa: E402
+from monitor.store.query import NARROW_COLUMNS, format_ratios, sketches_for  # noqa: E402
+from monitor.store.series_ids import series_key_hash  # noqa: E402
+from monitor.store.store import Store  # noqa: E402
+from monitor.store.tables import rollups_table, series_table  # noqa: E402
+from monitor.telemetry.parse import event_from_obj  # noqa: E402
+
+START = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+def sample_hour() -> BucketStats:
+    """One series' hour of simulated traffic (about 100 requests): the sketches a real row
+    carries."""
+    cfg = scenario_config("quiet", duration_s=3600.0, rate=0.1, seed=3)
+    stats = BucketStats()
+    for raw in Simulator(cfg).events():
+        if raw["route"] == "chat":
+            stats.update(event_from_obj(raw))
+    return stats
+
+
+def fill(url: str, n_series: int, n_routes: int, days: int) -> tuple[str, int]:
+    """Write the store; returns a route's name and its series count."""
+    row = sample_hour().to_row()
+    engine = make_engine(url)
+    if engine.dialect.name == "sqlite":
+        @event.listens_for(engine, "connect")
+        def _fast(dbapi_conn, _record):  # type: ignore[no-untyped-def]
+            # a bench's own fill: no crash to survive it
+            dbapi_conn.execute("PRAGMA journal_mode=MEMORY")
+            dbapi_conn.execute("PRAGMA synchronous=OFF")
+    now = START
+    series = []
+    for i in range(n_series):
+        key = SeriesKey(f"route-{i % n_routes:04d}", "llama-3.1-70b-instruct", "2026-10-28",
+                        "llama3", "llama-3.2-1b", f"2026-10-30+p{i // n_routes:04d}", "llama3",
+                        "draft_model", 4)
+        series.append({"id": i + 1, "key_hash": series_key_hash(key), **key._asdict(),
+                       "first_seen_at": now, "last_seen_at": now})
+    hours = days * 24
+    with engine.begin() as conn:
+        conn.execute(insert(series_table), series)
+        conn.execute(insert(rollups_table), [
+            {"granularity": "hour", "series_id": s["id"], "bucket_start": START, **row}
+            for s in series])
+        cols = [c.name for c in rollups_table.c if c.name not in ("granularity", "bucket_start")]
+        listed = ", ".join(cols)
+        postgres = conn.dialect.name == "postgresql"
+        for gran, step, count in (("hour", 1, hours), ("day", 24, days)):
+            for k in range(1 if gran == "hour" else 0, count):
+                offset = k * step
+                if postgres:
+                    start = f"bucket_start + interval '{offset} hours'"
+                else:
+                    start = (f"strftime('%Y-%m-%d %H:%M:%S', bucket_start, '+{offset} hours')"
+                             " || '.000000'")
+                conn.execute(text(
+                    f"INSERT INTO rollups (granularity, bucket_start, {listed}) "
+                    f"SELECT '{gran}', {start}, {listed} FROM rollups "
+                    "WHERE granularity = 'hour' AND bucket_start = :start"
+                ).bindparams(bindparam("start", START, type_=rollups_table.c.bucket_start.type)))
+        if postgres:
+            conn.execute(text("ANALYZE"))
+    with engine.begin() as conn:
+        if engine.dialect.name == "sqlite":
+            conn.execute(text("ANALYZE"))
+    engine.dispose()
+    return "route-0007", -(-n_series // n_routes)
+
+
+def plan(url: str, route: str, since: datetime) -> list[str]:
+    """The database's plan for one route's hour rows."""
+    from sqlalchemy import select
+
+    from monitor.store.query import _filtered  # the query `ratios` runs
+
+    r = rollups_table.c
+    stmt = _filtered(select(r.bucket_start, r.requests), "hour", route, since, None)
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            compiled = stmt.compile(conn, compile_kwargs={"literal_binds": True})
+            prefix = "EXPLAIN QUERY PLAN " if conn.dialect.name == "sqlite" else "EXPLAIN "
+            return [" ".join(str(v) for v in row)
+                    for row in conn.exec_driver_sql(prefix + str(compiled))]
+    finally:
+        engine.dispose()
+
+
+def timed(url: str, route: str, since: datetime, repeat: int, *,
+          formatted: bool) -> tuple[float, int]:
+    times, rows = [], 0
+    for _ in range(repeat):
+        store = Store(url)
+        started = time.perf_counter()
+        span = {"granularity": "hour", "route": route, "since": since}
+        if formatted:  # what `specwatch ratios --route` does for its default table
+            out, latency = store.ratio_table(sketches_for(NARROW_COLUMNS), **span)
+            format_ratios(out, "table", columns=NARROW_COLUMNS, latency=latency)
+        else:
+            out = store.ratios(**span)
+        times.append(time.perf_counter() - started)
+        rows = len(out)
+        store.close()
+    return statistics.median(times), rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--series", type=int, default=10_000)
+    p.add_argument("--routes", type=int, default=250)
+    p.add_argument("--days", type=int, default=30)
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--db", default=None, help="a PostgreSQL server URL: a new database there "
+                   "is made and dropped (default: a SQLite file in a temporary directory)")
+    args = p.parse_args(argv)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        admin = None
+        if args.db:
+            name = f"bench_ratios_{uuid.uuid4().hex[:8]}"
+            admin = create_engine(args.db, isolation_level="AUTOCOMMIT")
+            with admin.connect() as conn:
+                conn.execute(text(f'CREATE DATABASE "{name}"'))
+            url = args.db.rsplit("/", 1)[0] + "/" + name
+        else:
+            url = f"sqlite:///{tmp}/ratios.db"
+        try:
+            upgrade(url)
+            started = time.perf_counter()
+            route, per_route = fill(url, args.series, args.routes, args.days)
+            hours = args.days * 24
+            print(f"store: {url.split('@')[-1]}; {args.series:,} series over {args.routes} "
+                  f"routes, {args.series * hours:,} hour rows and {args.series * args.days:,} "
+                  f"day rows; filled in {time.perf_counter() - started:.1f} s")
+            end = START + timedelta(hours=hours)
+            for label, since in (("30 days", START), ("last day", end - timedelta(days=1))):
+                for formatted in (False, True):
+                    secs, rows = timed(url, route, since, args.repeat, formatted=formatted)
+                    what = "the CLI's table" if formatted else "Store.ratios"
+                    print(f"{route} ({per_route} series), hourly, {label}: {rows:,} rows, "
+                          f"{what}: {secs:.3f} s (median of {args.repeat})")
+            print("plan:")
+            for line in plan(url, route, START):
+                print(f"  {line}")
+        finally:
+            if admin is not None:
+                with admin.connect() as conn:
+                    conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+                admin.dispose()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
