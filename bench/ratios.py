@@ -19,6 +19,7 @@ Then, timed (median of ``--repeat`` runs, each on a new connection):
 
     PYTHONPATH=. python bench/ratios.py                     # 10,000 series, 30 days, SQLite
     PYTHONPATH=. python bench/ratios.py --db postgresql+psycopg://postgres@127.0.0.1:5432/test
+    cp bench/ratios.py ../old/bench/ && (cd ../old && python bench/ratios.py)   # an older tree
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from monitor.aggregate.bucket import BucketStats  # noqa: E402
 from monitor.aggregate.series import SeriesKey  # noqa: E402
 from monitor.simulate import Simulator, scenario_config  # noqa: E402
 from monitor.store.db import make_engine, upgrade  # noqa: E402
-from monitor.store.query import NARROW_COLUMNS, format_ratios, sketches_for  # noqa: E402
+from monitor.store.query import NARROW_COLUMNS, format_ratios  # noqa: E402
 from monitor.store.series_ids import series_key_hash  # noqa: E402
 from monitor.store.store import Store  # noqa: E402
 from monitor.store.tables import rollups_table, series_table  # noqa: E402
@@ -106,7 +107,7 @@ def fill(url: str, n_series: int, n_routes: int, days: int) -> tuple[str, int]:
         if engine.dialect.name == "sqlite":
             conn.execute(text("ANALYZE"))
     engine.dispose()
-    return "route-0007", -(-n_series // n_routes)
+    return f"route-{min(7, n_routes - 1):04d}", -(-n_series // n_routes)
 
 
 def plan(url: str, route: str, since: datetime) -> list[str]:
@@ -136,7 +137,12 @@ def timed(url: str, route: str, since: datetime, repeat: int, *,
         started = time.perf_counter()
         span = {"granularity": "hour", "route": route, "since": since}
         if formatted:  # what `specwatch ratios --route` does for its default table
-            out, latency = store.ratio_table(sketches_for(NARROW_COLUMNS), **span)
+            if hasattr(store, "ratio_table"):
+                from monitor.store.query import sketches_for
+
+                out, latency = store.ratio_table(sketches_for(NARROW_COLUMNS), **span)
+            else:  # an older tree (this file copied into it): its two reads
+                out, latency = store.ratios(**span), store.buckets(**span)
             format_ratios(out, "table", columns=NARROW_COLUMNS, latency=latency)
         else:
             out = store.ratios(**span)
@@ -175,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"routes, {args.series * hours:,} hour rows and {args.series * args.days:,} "
                   f"day rows; filled in {time.perf_counter() - started:.1f} s")
             end = START + timedelta(hours=hours)
-            for label, since in (("30 days", START), ("last day", end - timedelta(days=1))):
+            spans = ((f"{args.days} days", START), ("last day", end - timedelta(days=1)))
+            for label, since in spans:
                 for formatted in (False, True):
                     secs, rows = timed(url, route, since, args.repeat, formatted=formatted)
                     what = "the CLI's table" if formatted else "Store.ratios"

@@ -1,0 +1,36 @@
+"""bench/series_replay.py and bench/ratios.py on small sizes: they run and print their rows."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+ENV = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
+
+
+def test_series_replay_prints_five_series_and_each_n_with_its_ratio() -> None:
+    out = subprocess.run(
+        [sys.executable, "bench/series_replay.py", "--events", "3000", "--series", "50,300"],
+        cwd=REPO, capture_output=True, text=True, check=True, timeout=300, env=ENV,
+    ).stdout
+    rows = {int(m[1].replace(",", "")): m for m in re.finditer(
+        r"^\s+([\d,]+)\s+([\d,]+)\s+([\d.]+)\s+(\d+)\s+([\d.]+)$", out, re.M)}
+    assert sorted(rows) == [5, 50, 300], out
+    assert float(rows[5][5]) == 1.0
+    assert all(int(r[2].replace(",", "")) > 0 and int(r[4]) > 0 for r in rows.values())
+
+
+def test_ratios_reads_a_routes_hours_by_the_primary_key() -> None:
+    out = subprocess.run(
+        [sys.executable, "bench/ratios.py", "--series", "200", "--routes", "5", "--days", "2",
+         "--repeat", "1"],
+        cwd=REPO, capture_output=True, text=True, check=True, timeout=300, env=ENV,
+    ).stdout
+    assert "200 series over 5 routes, 9,600 hour rows and 400 day rows" in out, out
+    # 40 series of the route x 48 hours; the last day is 24 of them
+    assert out.count("hourly, 30 days") == 0 and "hourly, 2 days: 1,920 rows" in out, out
+    assert "hourly, last day: 960 rows" in out, out
+    assert "SEARCH rollups USING INDEX sqlite_autoindex_rollups_1" in out, out
