@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import logging
 from collections.abc import Callable
 
 __all__ = ["TRIM_AFTER_ROWS", "release"]
-
-log = logging.getLogger(__name__)
 
 # A checkpoint that wrote at least this many rollup deltas and snapshots is large enough for
 # its peak to matter (a few MB); smaller ones leave too little behind to be worth the call

@@ -273,30 +273,6 @@ class Sketches:
         self.__dict__.update(sketches)
 
 
-def sketch_rows(
-    conn: Connection,
-    granularity: str,
-    route: str | None,
-    since: datetime | None,
-    until: datetime | None,
-    names: Sequence[str],
-) -> dict[tuple[SeriesKey, datetime], Sketches]:
-    """Per (series, bucket start), the sketches ``names`` (of :data:`SKETCHES`) only."""
-    _check_sketches(names)
-    r = rollups_table.c
-    stmt = _filtered(select(r.bucket_start, r.series_id, *_KEY_COLUMNS, *(r[n] for n in names)),
-                     granularity, route, since, until)
-    keys: dict[int, SeriesKey] = {}
-    out = {}
-    for row in conn.execute(stmt):
-        key = keys.get(row.series_id)
-        if key is None:
-            key = keys[row.series_id] = series_key_of(row)
-        out[(key, row.bucket_start)] = Sketches(
-            {n: StoredSketch(getattr(row, n)) for n in names})
-    return out
-
-
 def bucket_rows(
     conn: Connection,
     granularity: str,
@@ -395,7 +371,7 @@ def _table(rows: Sequence[RatioRow]) -> str:
 # --- the terminal table: chosen columns --------------------------------------------------
 
 # One bucket of one series, the latency sketches behind the ttft/e2e/decode columns: a
-# BucketStats, or the Sketches that ``sketch_rows`` reads (only those the columns need).
+# BucketStats, or the Sketches that ``ratio_table`` reads (only those the columns need).
 Latency = Mapping[tuple[SeriesKey, datetime], BucketStats | Sketches]
 
 
@@ -519,7 +495,7 @@ def needs_latency(columns: Iterable[str]) -> bool:
 
 
 def sketches_for(columns: Iterable[str]) -> tuple[str, ...]:
-    """The bucket sketches ``columns`` read (for :func:`sketch_rows`), in column order.
+    """The bucket sketches ``columns`` read (for :func:`ratio_table`), in column order.
 
     >>> sketches_for(NARROW_COLUMNS)
     ('ttft_ms',)

@@ -314,20 +314,6 @@ class Store:
             return query.ratio_table(conn, granularity, route, since, until,
                                      price_per_gpu_hour, sketches)
 
-    def sketches(
-        self,
-        names: Sequence[str],
-        *,
-        granularity: str,
-        route: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-    ) -> dict[tuple[SeriesKey, datetime], query.Sketches]:
-        """Per (series, bucket start) in the range, only the latency sketches ``names``
-        (``ttft_ms``...): a table's quantile columns without the rest of each row."""
-        with self._reader.connect() as conn:
-            return query.sketch_rows(conn, granularity, route, since, until, names)
-
     def stats(
         self,
         *,
