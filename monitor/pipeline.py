@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 _request_id = attrgetter("request_id")
 
 NEG_INF = float("-inf")
+HOLD_EVENTS = 4096  # events a source may hold for one observer call (see Pipeline.hold_limit)
 
 
 class CheckpointStore(Protocol):
@@ -204,6 +205,13 @@ class Pipeline:
         self._pause_until = self._last_checkpoint  # none by count or age before this
         self._lateness = config.allowed_lateness
         self._horizon = config.dedup_horizon
+        # Counted events held for the observer: a source that sets ``hold_limit`` hands a
+        # poll's or a stretch of lines' events to detection in one call, which judges a
+        # segment's requests at once (the same decisions as message by message: the
+        # detectors' property tests). Flushed before anything reads or moves the detectors.
+        self.hold_limit = 0
+        self._held: list[Event] = []
+        self._held_partition = -1
 
     # -- partition ownership -------------------------------------------------------------
 
@@ -216,6 +224,7 @@ class Pipeline:
         load (eager rebalancing dropped it all at the revoke; a process that held no
         partition, or an incremental assignment, still holds what it loaded then).
         """
+        self.observe_held()
         partitions = list(partitions)
         new = [p for p in partitions if p not in self._partitions]
         observer = self.observer
@@ -254,6 +263,7 @@ class Pipeline:
 
     def revoke(self, partitions: Iterable[int]) -> None:
         """Checkpoint what we have, then forget the partitions."""
+        self.observe_held()
         gone = [p for p in partitions if p in self._partitions]
         if gone:
             self.checkpoint()  # when fenced, drop_all() already let everything go
@@ -271,6 +281,7 @@ class Pipeline:
     def drop_all(self) -> None:
         """Forget everything not yet checkpointed (after being fenced out, or lost partitions)."""
         self._partitions.clear()
+        self._held = []
         self._pending.clear()
         self._pending_experiments.clear()
         self._pending_slices.clear()
@@ -294,6 +305,7 @@ class Pipeline:
     def accept_baseline(self, request_id: int, route: str) -> bool:
         """Apply an operator's ``baseline accept`` for ``route`` if this process judges it;
         the request is marked applied by the checkpoint that stores the reset detectors."""
+        self.observe_held()  # the reset applies after what was read before it
         obs = self.observer
         if obs is None or not obs.loaded or not obs.accept_baseline(route, obs.now):
             return False
@@ -441,9 +453,9 @@ class Pipeline:
                 skip = set(late_counted)
                 on_time = [e for i, e in enumerate(counted_events) if i not in skip]
                 if on_time:
-                    observer.observe(partition, on_time)
+                    self._observe(partition, on_time)
             else:
-                observer.observe(partition, counted_events)
+                self._observe(partition, counted_events)
         if late:
             self.summary.late += len(late)
             self.metrics.late_events.inc(len(late))
@@ -453,6 +465,24 @@ class Pipeline:
             self.metrics.future_events.inc(len(future))
             self._reject(future, self._origin(partition, offset, key), invalid=False)
         return counted
+
+    def _observe(self, partition: int, events: list[Event]) -> None:
+        if not self.hold_limit:
+            self.observer.observe(partition, events)  # type: ignore[union-attr]
+            return
+        if partition != self._held_partition and self._held:
+            self.observe_held()
+        self._held_partition = partition
+        self._held += events
+        if len(self._held) >= self.hold_limit:
+            self.observe_held()
+
+    def observe_held(self) -> None:
+        """Hand the held events to the observer (a source calls this after each poll)."""
+        held = self._held
+        if held:
+            self._held = []
+            self.observer.observe(self._held_partition, held)  # type: ignore[union-attr]
 
     def _count_experiment(self, e: Event, bucket_key: tuple[Any, ...]) -> None:
         ts = int(e.ts // 3600) * 3600
@@ -512,6 +542,7 @@ class Pipeline:
         return committed
 
     def _checkpoint(self) -> bool:
+        self.observe_held()
         dirty = {p: t for p, t in self._partitions.items() if t.dirty}
         observer, alerting = self.observer, self.alerting
         decided = (observer is not None and observer.pending) or bool(self._applied_baselines)

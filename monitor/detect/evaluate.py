@@ -5,6 +5,11 @@ one alert record (alerts v1) stamped with the event time of the deciding event. 
 and summaries come from the rule catalogue (``monitor/rules.py``); only the resolutions the
 engine itself decides (a pair gone idle, a baseline accepted by an operator) write their own.
 One firing alert per fingerprint: ``firing`` maps rule -> fingerprint per route or segment.
+
+A message's events may be judged a segment at a time (:meth:`Evaluator.segment_rules_many`,
+the acceptance bank on arrays): between :meth:`Evaluator.begin_batch` and
+:meth:`Evaluator.end_batch` every record carries :attr:`Evaluator.key`, the position its
+decision has in request-by-request order, and leaves in that order.
 """
 
 from __future__ import annotations
@@ -25,6 +30,12 @@ BASELINE_RULES = ("acceptance_drop", "acceptance_rise", "throughput_drop")
 """The rules that compare against a baseline: an accepted new baseline resolves them."""
 _NO_HOLDS: frozenset[str] = frozenset()  # a segment without a live comparison
 
+# Sort keys of a batch's records: event index * STEP + the phase that decided within the
+# event, in the order the request-by-request path decides them.
+STEP = 32
+ROUTE, LOSSLESS, CHANGE, SEGMENT, ACCEPTANCE, BREAKEVEN, TICK = 0, 4, 8, 12, 13, 14, 16
+BATCH_MIN = 16  # a segment's requests in a message judged as arrays from this many on
+
 
 class Evaluator:
     """Turns flips into records, kept in :attr:`alerts` until the engine drains them."""
@@ -32,6 +43,34 @@ class Evaluator:
     def __init__(self) -> None:
         self.alerts: list[AlertRecord] = []
         self.changes: list[ChangeRecord] = []  # created or updated since the last drain
+        self.key = 0  # inside a batch: where the next record stands in per-event order
+        self._keys: list[int] | None = None  # per record of the batch; None: no batch
+        self._change_keys: list[int] = []
+        self._bases = (0, 0)
+
+    # -- batches -----------------------------------------------------------------------------
+
+    def begin_batch(self) -> None:
+        """Records from now on carry :attr:`key` until :meth:`end_batch`."""
+        self._keys, self._change_keys = [], []
+        self._bases = (len(self.alerts), len(self.changes))
+
+    def end_batch(self) -> None:
+        """Put the batch's records in per-event order (stable: one decision's records keep
+        theirs)."""
+        keys, change_keys = self._keys, self._change_keys
+        self._keys = None
+        if keys is None:
+            return
+        alerts_base, changes_base = self._bases
+        _reorder(self.alerts, alerts_base, keys)
+        _reorder(self.changes, changes_base, change_keys)
+
+    def change(self, record: ChangeRecord) -> None:
+        """A change record created or updated now."""
+        self.changes.append(record)
+        if self._keys is not None:
+            self._change_keys.append(self.key)
 
     # -- route rules -------------------------------------------------------------------------
 
@@ -80,29 +119,72 @@ class Evaluator:
     # -- segment rules -----------------------------------------------------------------------
 
     def segment_rules(self, seg: Segment, e: Event) -> None:
-        ts, lab = e.ts, seg.labels
         held: set[str] | frozenset[str] = _NO_HOLDS
         versus = seg.versus
         if versus is not None and versus.active:
             versus.update(e)
             for rule, now_firing, details in versus.flips:
-                self.flip(seg.firing, rule, now_firing, lab, ts, details)
+                self.flip(seg.firing, rule, now_firing, seg.labels, e.ts, details)
             if versus.changed:
-                versus.record.updated_at = ts
-                self.changes.append(versus.record)
+                versus.record.updated_at = e.ts
+                self.change(versus.record)
             held = versus.holds  # the comparison's alerts: the own detectors leave them be
         if e.has_spec and e.drafted_tokens > 0:
             det = seg.acceptance
-            det.update(e.accepted_tokens, e.drafted_tokens, ts)
-            if det.drift_detected:
-                rule = "acceptance_drop" if det.direction == "drop" else "acceptance_rise"
-                self.flip(seg.firing, rule, True, lab, ts, det.evidence())
-            elif det.recovered:
-                for rule in ("acceptance_drop", "acceptance_rise"):
-                    if rule in seg.firing and rule not in held:
-                        self.flip(seg.firing, rule, False, lab, ts, det.evidence())
-            seg.positions.update(e)
+            det.update(e.accepted_tokens, e.drafted_tokens, e.ts)
+            if det.drift_detected or det.recovered:
+                self._acceptance_flip(seg, held, e.ts)
+        self._after_acceptance(seg, e, held)
+
+    def segment_rules_many(self, seg: Segment, keys: list[int], events: list[Event]) -> None:
+        """:meth:`segment_rules` for a segment's events of one batch (``keys``: their
+        :attr:`key`), in order; the same records and state as one event at a time.
+
+        The acceptance bank takes the requests as arrays; the other detectors, whose flips
+        read each other (break-even's evidence names the position curve's knee), take them
+        one by one after it. A live comparison (after a change) holds alerts of the segment's
+        own detectors, so a segment that has one goes event by event.
+        """
+        versus = seg.versus
+        if len(events) < BATCH_MIN or (versus is not None and versus.active):
+            for key, e in zip(keys, events, strict=True):
+                self.key = key + SEGMENT
+                self.segment_rules(seg, e)
+            return
+        spec = [i for i, e in enumerate(events) if e.has_spec and e.drafted_tokens > 0]
+        if spec:
+            det = seg.acceptance
+            accepted = [events[i].accepted_tokens for i in spec]
+            drafted = [events[i].drafted_tokens for i in spec]
+            ts = [events[i].ts for i in spec]
+            done = 0
+            while done < len(spec):
+                done += det.update_many(accepted[done:], drafted[done:], ts[done:])
+                if det.drift_detected or det.recovered:
+                    self.key = keys[spec[done - 1]] + ACCEPTANCE
+                    self._acceptance_flip(seg, _NO_HOLDS, ts[done - 1])
+        for key, e in zip(keys, events, strict=True):
+            self.key = key + BREAKEVEN
+            self._after_acceptance(seg, e, _NO_HOLDS)
+
+    def _acceptance_flip(self, seg: Segment, held: set[str] | frozenset[str],
+                         ts: float) -> None:
+        det = seg.acceptance
+        if det.drift_detected:
+            rule = "acceptance_drop" if det.direction == "drop" else "acceptance_rise"
+            self.flip(seg.firing, rule, True, seg.labels, ts, det.evidence())
+        elif det.recovered:
+            for rule in ("acceptance_drop", "acceptance_rise"):
+                if rule in seg.firing and rule not in held:
+                    self.flip(seg.firing, rule, False, seg.labels, ts, det.evidence())
+
+    def _after_acceptance(self, seg: Segment, e: Event,
+                          held: set[str] | frozenset[str]) -> None:
+        """The position curve, break-even and throughput for one event."""
+        ts, lab = e.ts, seg.labels
         if e.has_spec:
+            if e.drafted_tokens > 0:
+                seg.positions.update(e)
             seg.breakeven.update(e)
             if seg.breakeven.changed:
                 ev = seg.breakeven.evidence()
@@ -127,7 +209,7 @@ class Evaluator:
                              f"{seg.labels['route']}: {reason}", {"reason_resolved": reason})
         versus.release(ts, reason)
         versus.record.updated_at = ts
-        self.changes.append(versus.record)
+        self.change(versus.record)
 
     def idle_pair(self, route: Route, seg: Segment, now: float) -> None:
         """The pair stopped serving: what it had firing resolves."""
@@ -175,3 +257,13 @@ class Evaluator:
             summary = entry.summary(state, labels, details)
         self.alerts.append(AlertRecord(rule, state, when(ts), entry.severity, dict(labels),
                                        summary, jsonable(details)))
+        if self._keys is not None:
+            self._keys.append(self.key)
+
+
+def _reorder(records: list[Any], base: int, keys: list[int]) -> None:
+    """Sort ``records[base:]`` by ``keys`` (one per record), stably, in place."""
+    if all(a <= b for a, b in zip(keys, keys[1:], strict=False)):
+        return
+    tail = records[base:]
+    records[base:] = [tail[i] for i in sorted(range(len(tail)), key=keys.__getitem__)]

@@ -19,6 +19,7 @@ unbounded snapshot).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from river import drift
@@ -167,6 +168,18 @@ class _RiverAdapter(Detector):
             self._drift = True
             self._direction = DROP if after < before else RISE
             self._change_index, self._detected_ts = self._estimate(), ts
+
+    def update_many(self, accepted: Sequence[int], drafted: Sequence[int],
+                    ts: Sequence[float] | None = None) -> int:
+        """Feed requests in order until one flips the state; returns how many were taken
+        (river's detectors take one value at a time: this is :meth:`update` in a loop)."""
+        n = len(drafted)
+        self._drift = self._recovered = False
+        for i in range(n):
+            self.update(accepted[i], drafted[i], None if ts is None else ts[i])
+            if self._drift or self._recovered:
+                return i + 1
+        return n
 
     # -- results -----------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from monitor.detect import lineage
 from monitor.detect.acceptance import AcceptanceDetector, make_detector
 from monitor.detect.activity import ContentionMonitor, InactivityMonitor, StalenessMonitor
 from monitor.detect.breakeven import BreakevenMonitor, CostModel, cutoff
-from monitor.detect.evaluate import Evaluator
+from monitor.detect.evaluate import CHANGE, LOSSLESS, STEP, TICK, Evaluator
 from monitor.detect.lossless import LosslessBook, LosslessMonitor, greedy
 from monitor.detect.metadata import MetadataRules
 from monitor.detect.ownership import DetectionState
@@ -33,6 +33,7 @@ __all__ = ["TICK_EVERY", "Router"]
 
 TICK_EVERY = 60.0  # event-time seconds between staleness and idle-pair sweeps
 SEGMENT_ID_CACHE = 65536
+BATCH_MIN = 32  # a message's events judged a segment at a time from this many on
 
 
 class Router:
@@ -52,66 +53,124 @@ class Router:
         self.lossless = LosslessBook(self.new_lossless)
         # raw event fields -> segment id: hashing a key once per segment, not per event
         self._segment_ids: dict[tuple[Any, ...], str] = {}
+        # messages of this many events on feed each segment's requests at once
+        self.batch_min = BATCH_MIN
 
     def observe(self, partition: int, events: list[Event]) -> None:
-        """Feed one message's counted events, in order."""
+        """Feed one message's counted events, in order.
+
+        A message of at least ``batch_min`` events defers each segment's rules and feeds
+        them a segment at a time (:meth:`Evaluator.segment_rules_many`); what reads across
+        segments (a new or returning setup, the minute sweep) first flushes what is
+        deferred, and the records are put back in event order: the same records and state
+        as one event at a time.
+        """
         st = self.state
         routes, segments, ids = st.routes, st.segments, self._segment_ids
         edges = self.config.temperature_edges
         dirty = st.dirty
-        route_rules, segment_rules = self.evaluator.route_rules, self.evaluator.segment_rules
+        ev = self.evaluator
+        route_rules, segment_rules = ev.route_rules, ev.segment_rules
         lossless = self.lossless
         return_after = self.config.change_return_after
-        for e in events:
-            name = e.route
-            if name == OVERFLOW:
-                continue  # routes over the cardinality cap, mixed: nothing to judge
-            if e.tags is not None and e.is_shadow:
-                # A shadow twin (``specwatch proxy --shadow-upstream``) ran only to check
-                # losslessness: it is no request of the route's, and no setup of it.
-                if e.prompt_hash is not None and greedy(e) and e.target_model != OVERFLOW:
-                    self.evaluator.lossless(lossless.monitor(name), e)
-                continue
-            route = routes.get(name)
-            if route is None:
-                route = st.take_over(name) or self.new_route(name)
-            if route.partition != partition:
-                st.moved(route, partition)
-            route.partition = partition
-            dirty.add("route:" + name)
-            route_rules(route, e)
-            if e.target_model == OVERFLOW:
-                # Pairs over the route's cap share one series: a change there may only be a
-                # change in the mix. The route's own rules above still see every request.
-                self.advance(e.ts)
-                continue
-            if e.prompt_hash is not None and greedy(e):
-                # after the overflow check: an overflowed pair mixes revisions and reads as
-                # unspeculated (draft length 0), two ways to a false mismatch
-                self.evaluator.lossless(lossless.monitor(name), e)
-            t = e.temperature
-            parts = (name, e.target_model, e.target_revision, e.target_tokenizer,
-                     e.draft_model, e.draft_revision, e.draft_tokenizer, e.method,
-                     e.num_speculative_tokens, t)
-            seg_id = ids.get(parts)
-            if seg_id is None:
-                if len(ids) >= SEGMENT_ID_CACHE:
-                    ids.clear()  # a cache: raw temperatures may take many values
-                seg_id = ids[parts] = segment_id(e, temperature_bucket(t, edges))
-            segment = segments.get(seg_id)
-            ts = e.ts
-            if segment is None:
-                segment = self.new_segment(route, seg_id, e)
-            elif ts - segment.last_ts >= return_after:
-                self.came_back(route, seg_id, segment, e)
-            dirty.add("segment:" + seg_id)
-            if ts > segment.last_ts:
-                segment.last_ts = ts
-            segment_rules(segment, e)
-            if ts > st.max_ts:  # advance(), inline: nearly every event moves the clock
-                st.max_ts = ts
-                if st.clock == "event" and ts - st.last_tick >= TICK_EVERY:
-                    self.tick(ts)
+        # seg_id -> (segment, keys, events) of the batch, judged at the next flush
+        deferred: dict[str, tuple[Segment, list[int], list[Event]]] | None = None
+        if len(events) >= self.batch_min:
+            deferred = {}
+            ev.begin_batch()
+        try:
+            for i, e in enumerate(events):
+                key = i * STEP
+                if deferred is not None:
+                    ev.key = key
+                name = e.route
+                if name == OVERFLOW:
+                    continue  # routes over the cardinality cap, mixed: nothing to judge
+                if e.tags is not None and e.is_shadow:
+                    # A shadow twin (``specwatch proxy --shadow-upstream``) ran only to check
+                    # losslessness: it is no request of the route's, and no setup of it.
+                    if e.prompt_hash is not None and greedy(e) and e.target_model != OVERFLOW:
+                        ev.key = key + LOSSLESS
+                        ev.lossless(lossless.monitor(name), e)
+                    continue
+                route = routes.get(name)
+                if route is None:
+                    route = st.take_over(name) or self.new_route(name)
+                if route.partition != partition:
+                    st.moved(route, partition)
+                route.partition = partition
+                dirty.add("route:" + name)
+                route_rules(route, e)
+                if e.target_model == OVERFLOW:
+                    # Pairs over the route's cap share one series: a change there may only
+                    # be a change in the mix. The route's own rules above still see every
+                    # request.
+                    if deferred and self._ticks(e.ts):
+                        self._flush(deferred)
+                    ev.key = key + TICK
+                    self.advance(e.ts)
+                    continue
+                if e.prompt_hash is not None and greedy(e):
+                    # after the overflow check: an overflowed pair mixes revisions and reads
+                    # as unspeculated (draft length 0), two ways to a false mismatch
+                    ev.key = key + LOSSLESS
+                    ev.lossless(lossless.monitor(name), e)
+                t = e.temperature
+                parts = (name, e.target_model, e.target_revision, e.target_tokenizer,
+                         e.draft_model, e.draft_revision, e.draft_tokenizer, e.method,
+                         e.num_speculative_tokens, t)
+                seg_id = ids.get(parts)
+                if seg_id is None:
+                    if len(ids) >= SEGMENT_ID_CACHE:
+                        ids.clear()  # a cache: raw temperatures may take many values
+                    seg_id = ids[parts] = segment_id(e, temperature_bucket(t, edges))
+                segment = segments.get(seg_id)
+                ts = e.ts
+                if segment is None:
+                    if deferred:
+                        self._flush(deferred)  # a change reads its predecessor's state
+                    ev.key = key + CHANGE
+                    segment = self.new_segment(route, seg_id, e)
+                elif ts - segment.last_ts >= return_after:
+                    if deferred:
+                        self._flush(deferred)
+                    ev.key = key + CHANGE
+                    self.came_back(route, seg_id, segment, e)
+                dirty.add("segment:" + seg_id)
+                if ts > segment.last_ts:
+                    segment.last_ts = ts
+                if deferred is None:
+                    segment_rules(segment, e)
+                else:
+                    waiting = deferred.get(seg_id)
+                    if waiting is None:
+                        deferred[seg_id] = (segment, [key], [e])
+                    else:
+                        waiting[1].append(key)
+                        waiting[2].append(e)
+                if ts > st.max_ts:  # advance(), inline: nearly every event moves the clock
+                    st.max_ts = ts
+                    if st.clock == "event" and ts - st.last_tick >= TICK_EVERY:
+                        if deferred:
+                            self._flush(deferred)  # the sweep reads every segment
+                        ev.key = key + TICK
+                        self.tick(ts)
+            if deferred:
+                self._flush(deferred)
+        finally:
+            if deferred is not None:
+                ev.end_batch()
+
+    def _ticks(self, ts: float) -> bool:
+        """Whether :meth:`advance` to ``ts`` sweeps."""
+        st = self.state
+        return ts > st.max_ts and st.clock == "event" and ts - st.last_tick >= TICK_EVERY
+
+    def _flush(self, deferred: dict[str, tuple[Segment, list[int], list[Event]]]) -> None:
+        many = self.evaluator.segment_rules_many
+        for segment, keys, events in deferred.values():
+            many(segment, keys, events)
+        deferred.clear()
 
     def advance(self, ts: float) -> None:
         """Move the detection clock to ``ts``; sweep every minute of it in event mode."""
@@ -178,7 +237,7 @@ class Router:
         if seg.versus is not None and seg.versus.holds:
             self.evaluator.released(seg, e.ts, "the route changed setup again")
         seg.versus = lineage.start(route, seg_id, seg, *found, e, self.config)
-        self.evaluator.changes.append(seg.versus.record)
+        self.evaluator.change(seg.versus.record)
 
     def _cost_model(self, e: Event) -> CostModel | None:
         for cm in self.config.cost_models:

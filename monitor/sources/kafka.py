@@ -41,7 +41,7 @@ from kafka.structs import OffsetAndMetadata
 
 from monitor.config import KafkaConfig
 from monitor.deadletter import DeadLetterUnavailableError
-from monitor.pipeline import Pipeline
+from monitor.pipeline import HOLD_EVENTS, Pipeline
 from monitor.sources.kafka_errors import config_error, describe, startup_error
 from monitor.store.exceptions import StoreUnavailableError
 
@@ -127,6 +127,7 @@ class KafkaSource:
         owned; with partitions, reloading them is the probe."""
         self.config = config
         self.pipeline = pipeline
+        pipeline.hold_limit = HOLD_EVENTS  # a poll's events to detection at once
         self._probe = probe
         self.probe_backoff = probe_backoff
         self._outage: _Outage | None = None
@@ -207,6 +208,9 @@ class KafkaSource:
                 for r in records:
                     process(p, r.offset, r.value, r.key)
                 n += len(records)
+            # the poll's events judged in one call, before the app's sweep or an operator's
+            # action can come between them
+            pipeline.observe_held()
         except DeadLetterUnavailableError as e:  # a rejection that could not be sent
             self.outage(e)
             return n

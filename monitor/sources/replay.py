@@ -21,7 +21,7 @@ from typing import IO, Any
 
 from monitor.deadletter import DeadLetterSink
 from monitor.eventtime import FixedNow, Lookahead, PlausibleTime, newest_time
-from monitor.pipeline import IngestSummary, Pipeline
+from monitor.pipeline import HOLD_EVENTS, IngestSummary, Pipeline
 from monitor.sources.exceptions import InputEndedEarlyError, ReplayInputError
 from monitor.telemetry.event import Rejection
 
@@ -147,7 +147,9 @@ def replay(path: str, pipeline: Pipeline, *, progress: bool | None = None,
     show = sys.stderr.isatty() if progress is None else progress
     bar = _progress_bar(src.total_bytes) if show else None
     due, summary = pipeline.due, pipeline.summary
-    wall_clock = pipeline.future
+    wall_clock, hold_limit = pipeline.future, pipeline.hold_limit
+    # lines' events reach detection a stretch at a time (flushed by every checkpoint)
+    pipeline.hold_limit = HOLD_EVENTS
     ahead = _lookahead(pipeline, now)
     # The look-ahead's fast path, inline: this loop runs once per line, and a message within
     # the limit while nothing is held goes straight to the pipeline (see Lookahead.feed).
@@ -205,6 +207,8 @@ def replay(path: str, pipeline: Pipeline, *, progress: bool | None = None,
         src.close()
         pipeline.dead_letter = pipeline.dead_letter.sink  # type: ignore[attr-defined]
         pipeline.future = wall_clock
+        pipeline.observe_held()  # nothing held outlives the replay, even on an error
+        pipeline.hold_limit = hold_limit
     return summary
 
 
