@@ -64,12 +64,16 @@ class PairOutcome:
     total: BucketStats = field(default_factory=BucketStats)
     window: dict[int, BucketStats] = field(default_factory=dict)
     newest: int = 0  # newest minute bucket seen: what "most recently active" orders by
+    # The window merged, until the window changes: a scrape merged every pair's minutes (with
+    # their sketches) under the lock the checkpoint waits for, though most had not changed.
+    _merged: BucketStats | None = field(default=None, repr=False, compare=False)
 
     def update(self, minute: int, stats: BucketStats, *, oldest: int) -> None:
         self.total.merge(stats)
         self.newest = max(self.newest, minute)
         if minute < oldest:
             return  # a late minute already out of the window
+        self._merged = None
         slot = self.window.get(minute)
         if slot is None:
             self.window[minute] = _copy(stats)
@@ -79,13 +83,17 @@ class PairOutcome:
     def expire(self, oldest: int) -> None:
         for minute in [m for m in self.window if m < oldest]:
             del self.window[minute]
+            self._merged = None
 
     def window_stats(self) -> BucketStats:
-        """The window's buckets merged (empty when the pair was silent all window)."""
-        merged = BucketStats()
-        for stats in self.window.values():
-            merged.merge(stats)
-        return merged
+        """The window's buckets merged (empty when the pair was silent all window); kept
+        until the window changes, so not to be changed by the caller."""
+        if self._merged is None:
+            merged = BucketStats()
+            for stats in self.window.values():
+                merged.merge(stats)
+            self._merged = merged
+        return self._merged
 
 
 class OutcomeCollector(Collector):

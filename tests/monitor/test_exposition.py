@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from alerts.metrics import AlertMetrics
 from monitor.aggregate.bucket import BucketStats
+from monitor.aggregate.sketch import LogHistogram
 from monitor.config import DetectionConfig, IngestConfig
 from monitor.deadletter import CountingDeadLetter
 from monitor.detect.engine import Detection, Segment
@@ -35,6 +36,7 @@ from monitor.store.checkpoint import Checkpoint
 from monitor.store.db import upgrade
 from monitor.store.store import Store
 from monitor.telemetry.event import Event
+from tests.monitor.store.helpers import rollups_of
 
 
 class Stack:
@@ -321,3 +323,86 @@ def test_nothing_published_yet_is_an_empty_but_valid_scrape() -> None:
     done = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True,
                           timeout=30, check=False)
     assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
+
+
+# -- per-scrape and per-checkpoint work ------------------------------------------------------
+
+
+def _full_sort_rows(detection: Detection, max_series: int) -> list[tuple[tuple[str, ...], float]]:
+    """What the view held when every live segment was sorted: the reference order."""
+    live = [seg for seg in segments(detection) if seg.labels["num_speculative_tokens"] != "0"]
+    live.sort(key=lambda seg: (-seg.last_ts, tuple(labels_of(seg).values())))
+    rows: list[tuple[tuple[str, ...], float]] = []
+    for seg in live:
+        labels = tuple(labels_of(seg).values())
+        if len(rows) < max_series and labels not in {r[0] for r in rows}:
+            rows.append((labels, seg.last_ts))
+    return rows
+
+
+@pytest.mark.parametrize("max_series", [0, 7, 50, 200, 1000])
+def test_the_newest_segments_are_those_of_a_full_sort(max_series: int) -> None:
+    # 300 routes, each with three drafting methods that the labels leave out (colliding
+    # labels), last seen at 60 distinct times (ties at every cut)
+    detection = fresh_detection()
+    n = 0
+    for i in range(300):
+        for method in ("ngram", "eagle", "medusa"):
+            detection.observe(0, [event(n, float((i * 7 + len(method)) % 60), route=f"r{i}",
+                                        method=method, draft=None)])
+            n += 1
+    assert len(segments(detection)) == 900
+    view = snapshot_view(detection, max_series=max_series)
+    assert [(row.labels, row.last_ts) for row in view.segments] == _full_sort_rows(
+        detection, max_series)
+
+
+def _latency_checkpoint(routes: range, minute: int, n0: int) -> Checkpoint:
+    events = [event(n0 + 10 * r + j, minute * 60.0 + j, route=f"r{r}") for r in routes
+              for j in range(3)]
+    for i, e in enumerate(events):  # spread the sketches' values
+        events[i] = dataclasses.replace(e, ttft_ms=50.0 + 7 * i, e2e_ms=800.0 + 13 * i)
+    return Checkpoint("replay", rollups=rollups_of(events))
+
+
+def _timeless(text: bytes) -> list[bytes]:
+    """The exposition but for the counters' creation times (two registries, two times)."""
+    return [ln for ln in text.splitlines() if b"_created{" not in ln]
+
+
+def test_a_scrape_merges_the_latency_window_of_changed_routes_only(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    checkpoints = [_latency_checkpoint(range(20), minute, 1000 * minute)
+                   for minute in range(4)]
+    registry = CollectorRegistry()
+    counters = RollupCounters(registry)
+    for cp in checkpoints:
+        counters.observe(cp)
+    merges: list[int] = []
+    real_merge = LogHistogram.merge
+
+    def counted(self: LogHistogram, other: LogHistogram) -> None:
+        merges.append(1)
+        real_merge(self, other)
+
+    monkeypatch.setattr(LogHistogram, "merge", counted)
+    first = generate_latest(registry)
+    assert len(merges) == 20 * 3 * 4  # every route's three sketches over four minutes
+    merges.clear()
+    assert generate_latest(registry) == first and merges == []
+    # one route gets a minute more, the window (five minutes) keeps every route's four
+    late = _latency_checkpoint(range(3, 4), 4, 9000)
+    counters.observe(late)
+    merges.clear()
+    text = generate_latest(registry)
+    assert len(merges) == 3 * 5
+    fresh = CollectorRegistry()
+    fresh_counters = RollupCounters(fresh)
+    for cp in [*checkpoints, late]:
+        fresh_counters.observe(cp)
+    assert _timeless(text) == _timeless(generate_latest(fresh))
+    # a minute that moves the window end expires every route's oldest: all are merged anew
+    counters.observe(_latency_checkpoint(range(0, 1), 5, 9500))
+    merges.clear()
+    generate_latest(registry)
+    assert len(merges) == 3 * 5 + 19 * 3 * 3

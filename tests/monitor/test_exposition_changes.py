@@ -1,10 +1,12 @@
 """The change gauges in /metrics: the newest change per route and kind, its verdicts and
-acceptance ratio, refreshed at most once a minute, and a clean exposition."""
+acceptance ratio, refreshed at most once a minute off the scrape thread, and a clean
+exposition."""
 
 from __future__ import annotations
 
 import math
 import subprocess
+import threading
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -25,6 +27,8 @@ class Clock:
 
 def _registry(store: Store, clock: Clock, **kw: object) -> CollectorRegistry:
     registry = CollectorRegistry()
+    # wait=None: each due scrape shows the refresh it started, whatever the machine's load
+    kw.setdefault("wait", None)
     registry.register(ChangeCollector.for_store(store, JudgeSettings(), clock=clock, **kw))
     return registry
 
@@ -66,7 +70,7 @@ def test_a_failing_store_keeps_the_last_gauges(store: Store, caplog: pytest.LogC
                                                ) -> None:
     three_changes(store)
     clock = Clock()
-    collector = ChangeCollector.for_store(store, JudgeSettings(), clock=clock)
+    collector = ChangeCollector.for_store(store, JudgeSettings(), clock=clock, wait=None)
     assert len(collector.judgements()) == 3
     calls = []
 
@@ -81,6 +85,33 @@ def test_a_failing_store_keeps_the_last_gauges(store: Store, caplog: pytest.LogC
     clock.t = 122.0
     collector.judgements()
     assert len(calls) == 2
+
+
+def test_a_scrape_does_not_wait_for_a_slow_refresh(store: Store) -> None:
+    three_changes(store)
+    clock = Clock()
+    collector = ChangeCollector.for_store(store, JudgeSettings(), clock=clock, wait=None)
+    first = collector.judgements()
+    assert len(first) == 3
+    store_judge, gate, calls = collector.judge, threading.Event(), []
+
+    def slow() -> list:
+        calls.append(1)
+        gate.wait()  # the store read of a large store, held until the test lets it finish
+        return list(store_judge())[:1]
+
+    collector.judge, collector.wait = slow, 0.0
+    clock.t = 60.0
+    assert collector.judgements() == first  # the due refresh started; the scrape did not wait
+    assert collector.judgements() == first and len(calls) == 1  # one refresh at a time
+    registry = CollectorRegistry()
+    registry.register(collector)
+    assert registry.get_sample_value("specwatch_change_verdict", {
+        "route": "chat", "kind": "draft_drift", "metric": "overall"}) == 1.0
+    gate.set()
+    assert collector.join()
+    assert len(collector.judgements()) == 1 and len(calls) == 1  # fresh until the next minute
+    assert collector.last_refresh_s is not None
 
 
 def test_newest_per_kind_is_bounded() -> None:

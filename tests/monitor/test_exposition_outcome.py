@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from monitor.aggregate.bucket import BucketStats
 from monitor.config import IngestConfig
 from monitor.deadletter import CountingDeadLetter
 from monitor.exposition_outcome import OutcomeCollector
@@ -217,3 +218,36 @@ def test_every_family_is_documented_with_its_labels() -> None:
                 continue
             assert sample.name in documented, sample.name
             assert set(sample.labels) <= documented[sample.name], sample.name
+
+
+def test_a_scrape_merges_the_window_of_changed_pairs_only(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(5)
+    drafts = [f"d{i}" for i in range(12)]
+    checkpoints = [Checkpoint("replay", rollups=rollups_of(
+        [_event(m * 100 + i, T0 + m * 60.0 + i, rng, draft=d) for i, d in enumerate(drafts)]))
+        for m in range(3)]
+    registry, collector = _registry(price_per_gpu_hour=2.0)
+    for cp in checkpoints:
+        collector.observe(cp)
+    merges: list[int] = []
+    real_merge = BucketStats.merge
+
+    def counted(self: BucketStats, other: BucketStats) -> None:
+        merges.append(1)
+        real_merge(self, other)
+
+    monkeypatch.setattr(BucketStats, "merge", counted)
+    first = generate_latest(registry)
+    assert len(merges) == 12 * 3  # every pair's three minutes
+    merges.clear()
+    assert generate_latest(registry) == first and merges == []
+    late = Checkpoint("replay", rollups=rollups_of([_event(999, T0 + 90.0, rng, draft="d4")]))
+    collector.observe(late)
+    merges.clear()
+    text = generate_latest(registry)
+    assert len(merges) == 3  # d4's minutes, one of them with the late request in it
+    fresh, fresh_collector = _registry(price_per_gpu_hour=2.0)
+    for cp in [*checkpoints, late]:
+        fresh_collector.observe(cp)
+    assert text == generate_latest(fresh)
