@@ -1,4 +1,5 @@
-"""bench/series_replay.py and bench/ratios.py on small sizes: they run and print their rows."""
+"""bench/series_replay.py, bench/ratios.py and bench/detection_batch.py on small sizes: they
+run and print their rows."""
 
 from __future__ import annotations
 
@@ -34,3 +35,14 @@ def test_ratios_reads_a_routes_hours_by_the_primary_key() -> None:
     assert out.count("hourly, 30 days") == 0 and "hourly, 2 days: 1,920 rows" in out, out
     assert "hourly, last day: 960 rows" in out, out
     assert "SEARCH rollups USING INDEX sqlite_autoindex_rollups_1" in out, out
+
+
+def test_detection_batch_prints_both_feeds_and_finds_the_same_state() -> None:
+    out = subprocess.run(
+        [sys.executable, "bench/detection_batch.py", "--events", "3000", "--rounds", "1",
+         "--group", "500"],
+        cwd=REPO, capture_output=True, text=True, check=True, timeout=300, env=ENV,
+    ).stdout
+    assert re.search(r"^one event per call\s+[\d.]+\s+[\d.]+$", out, re.M), out
+    assert re.search(r"^500 per call\s+[\d.]+\s+[\d.]+$", out, re.M), out
+    assert "same detector state: yes" in out
