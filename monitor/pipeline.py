@@ -281,7 +281,7 @@ class Pipeline:
     def drop_all(self) -> None:
         """Forget everything not yet checkpointed (after being fenced out, or lost partitions)."""
         self._partitions.clear()
-        self._held = []
+        self.drop_held()
         self._pending.clear()
         self._pending_experiments.clear()
         self._pending_slices.clear()
@@ -483,6 +483,11 @@ class Pipeline:
         if held:
             self._held = []
             self.observer.observe(self._held_partition, held)  # type: ignore[union-attr]
+
+    def drop_held(self) -> None:
+        """Forget held events unobserved (a source that fails: what it read is read again
+        from the stored offsets, and observing it now would judge it twice)."""
+        self._held = []
 
     def _count_experiment(self, e: Event, bucket_key: tuple[Any, ...]) -> None:
         ts = int(e.ts // 3600) * 3600

@@ -207,7 +207,9 @@ def replay(path: str, pipeline: Pipeline, *, progress: bool | None = None,
         src.close()
         pipeline.dead_letter = pipeline.dead_letter.sink  # type: ignore[attr-defined]
         pipeline.future = wall_clock
-        pipeline.observe_held()  # nothing held outlives the replay, even on an error
+        # the last checkpoint observed what was held; after an error nothing held may outlive
+        # the replay (a re-read from the stored offsets brings it again)
+        pipeline.drop_held()
         pipeline.hold_limit = hold_limit
     return summary
 
