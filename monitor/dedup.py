@@ -34,7 +34,9 @@ class SeenIds:
 
     __slots__ = ("horizon", "width", "_by_slice", "_newest_first")
 
-    def __init__(self, horizon: float, width: float = 60.0) -> None:
+    WIDTH = 60.0  # seconds of event time per slice, by default
+
+    def __init__(self, horizon: float, width: float = WIDTH) -> None:
         if width <= 0:
             raise ValueError(f"width must be positive, got {width}")
         self.horizon = horizon
@@ -46,7 +48,7 @@ class SeenIds:
     @classmethod
     def from_items(
         cls, items: Iterable[tuple[str, float]], horizon: float, newest: float,
-        width: float = 60.0,
+        width: float = WIDTH,
     ) -> SeenIds:
         """The ids of ``items`` (id, event time) still within the horizon of ``newest``."""
         ids = cls(horizon, width)

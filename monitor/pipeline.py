@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any, Protocol
 
 import orjson
@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 _request_id = attrgetter("request_id")
 
 NEG_INF = float("-inf")
+# What a dead letter of a batch says about its event, in the order process() sends them.
+_INVALID, _LATE, _FUTURE = 0, 1, 2
+_by_message = itemgetter(0, 1)
 HOLD_EVENTS = 4096  # events a source may hold for one observer call (see Pipeline.hold_limit)
 
 
@@ -205,6 +208,7 @@ class Pipeline:
         self._pause_until = self._last_checkpoint  # none by count or age before this
         self._lateness = config.allowed_lateness
         self._horizon = config.dedup_horizon
+        self._max_slices = int(config.dedup_horizon // SeenIds.WIDTH) + 2
         # Counted events held for the observer: a source that sets ``hold_limit`` hands a
         # poll's or a stretch of lines' events to detection in one call, which judges a
         # segment's requests at once (the same decisions as message by message: the
@@ -330,29 +334,54 @@ class Pipeline:
                 *, parsed: Parsed | None = None) -> None:
         """Count one message read at ``offset`` of ``partition`` (``key``: its Kafka key;
         ``parsed``: what ``self.parser`` made of ``raw``, when the caller parsed it already)."""
+        self.process_many(partition, (offset,), (raw,), None if key is None else (key,),
+                          None if parsed is None else (parsed,))
+
+    def process_many(
+        self,
+        partition: int,
+        offsets: Sequence[int],
+        raws: Sequence[bytes],
+        keys: Sequence[bytes | None] | None = None,
+        parsed: Sequence[Parsed] | None = None,
+    ) -> None:
+        """Count the messages read at ``offsets`` of ``partition``, in order (``keys``: their
+        Kafka keys; ``parsed``: what ``self.parser`` made of each ``raws``, when the caller
+        parsed them already).
+
+        Exactly :meth:`process` on each in turn: the same events counted, the same dead
+        letters in the same order, the same events to the observer in the same order. What
+        costs per message is paid once here: the dedup lookup, the metrics, the bookkeeping.
+        """
         tracker = self._partitions[partition]
-        events, rejections = self.parser.parse(raw) if parsed is None else parsed
-        metrics, summary = self.metrics, self.summary
-        summary.messages += 1
-        metrics.messages.inc()
-        if rejections:
-            self._reject(rejections, self._origin(partition, offset, key), invalid=True)
-        if events:
-            counted = self._count(tracker, partition, offset, key, events)
-            summary.events += counted
-            metrics.events.inc(counted)
+        parse = self.parser.parse
+        batches: list[list[Event]] = []
+        invalid: list[tuple[int, int, list[Rejection]]] | None = None
+        for i, raw in enumerate(raws):
+            events, rejections = parse(raw) if parsed is None else parsed[i]
+            if rejections:
+                if invalid is None:
+                    invalid = []
+                invalid.append((i, _INVALID, rejections))
+            batches.append(events)
+        n = len(batches)
+        self.summary.messages += n
+        self.metrics.messages.inc(n)
+        counted, refused = self._count(tracker, partition, batches)
+        if invalid or refused:
+            self._dead_letters(partition, offsets, keys, (invalid or []) + refused)
+        if counted:
+            self.summary.events += counted
+            self.metrics.events.inc(counted)
             self._pending_events += counted
-        tracker.next_offset = offset + 1
+        tracker.next_offset = offsets[-1] + 1
         tracker.dirty = True
 
     def _count(
-        self,
-        tracker: PartitionTracker,
-        partition: int,
-        offset: int,
-        key: bytes | None,
-        events: list[Event],
-    ) -> int:
+        self, tracker: PartitionTracker, partition: int, batches: list[list[Event]]
+    ) -> tuple[int, list[tuple[int, int, list[Rejection]]]]:
+        """Count the events of consecutive messages (one list each); returns how many
+        counted, and the late and future rejections as (message index, kind, rejections)."""
         seen, new_ids = tracker.seen, tracker.new_ids
         pending = self._pending
         observer = self.observer
@@ -363,56 +392,81 @@ class Pipeline:
         # positions in counted_events of events past the detectors' allowance: in the tables,
         # not in the detectors (which decide in event-time order)
         late_counted: list[int] | None = None
-        late: list[Rejection] | None = None
-        future: list[Rejection] | None = None
+        refused: list[tuple[int, int, list[Rejection]]] = []
         rule = self.future
-        limit = max_ts + rule.skew if rule.relative else rule.limit(max_ts)
-        known = seen.among(list(map(_request_id, events)))  # C-level: no frame per message
-        fresh: set[str] = set()  # ids first seen in this message: added to ``seen`` below
+        relative = rule.relative
+        if len(batches) == 1:
+            ids = list(map(_request_id, batches[0]))
+        else:
+            ids = [e.request_id for events in batches for e in events]
+        if not ids:
+            return 0, refused
+        known = seen.among(ids)  # C-level: no frame per event
+        fresh: set[str] = set()  # ids first seen here: added to ``seen`` below
         first_new = len(new_ids)
-        for e in events:
-            rid = e.request_id
-            if rid in known or rid in fresh:
-                self.summary.duplicates += 1
-                self.metrics.duplicate_events.inc()
+        duplicates = 0
+        for m, events in enumerate(batches):
+            if not events:
                 continue
-            ts = e.ts
-            if ts > limit:
-                # Too far ahead to believe: it would move the watermark and make every valid
-                # event after it late. Not counted, not remembered, moves nothing.
-                reason = rule.refuses(ts, max_ts)
-                if reason is not None:
-                    if future is None:
-                        future = []
-                    future.append(Rejection(reason, _reserialise(e)))
+            late: list[Rejection] | None = None
+            future: list[Rejection] | None = None
+            # Judged per message, as the producer sent it: the limit moves with the newest
+            # event only between messages (and when an event beyond it is believed).
+            limit = max_ts + rule.skew if relative else rule.limit(max_ts)
+            for e in events:
+                rid = e.request_id
+                if rid in known or rid in fresh:
+                    duplicates += 1
                     continue
-                limit = rule.limit(ts)  # believed: it is the newest now
-            if ts < max_ts - lateness:
-                if ts < max_ts - horizon:
-                    # Older than the request ids remembered: a duplicate of it could no
-                    # longer be told apart, so it cannot count exactly.
-                    if late is None:
-                        late = []
-                    late.append(
-                        Rejection(
-                            f"late: event time {ts:.3f} is {max_ts - ts:.0f}s behind the "
-                            f"newest event of partition {partition}, beyond the dedup "
-                            f"horizon ({horizon:.0f}s)",
-                            _reserialise(e),
+                ts = e.ts
+                if ts > limit:
+                    # Too far ahead to believe: it would move the watermark and make every
+                    # valid event after it late. Not counted, not remembered, moves nothing.
+                    reason = rule.refuses(ts, max_ts)
+                    if reason is not None:
+                        if future is None:
+                            future = []
+                        future.append(Rejection(reason, _reserialise(e)))
+                        continue
+                    limit = rule.limit(ts)  # believed: it is the newest now
+                if ts < max_ts - lateness:
+                    if ts < max_ts - horizon:
+                        # Older than the request ids remembered: a duplicate of it could no
+                        # longer be told apart, so it cannot count exactly.
+                        if late is None:
+                            late = []
+                        late.append(
+                            Rejection(
+                                f"late: event time {ts:.3f} is {max_ts - ts:.0f}s behind the "
+                                f"newest event of partition {partition}, beyond the dedup "
+                                f"horizon ({horizon:.0f}s)",
+                                _reserialise(e),
+                            )
                         )
-                    )
-                    continue
-                if late_counted is None:
-                    late_counted = []
-                late_counted.append(len(counted_events))
-            if ts > max_ts:
-                max_ts = ts
-            fresh.add(rid)
-            new_ids.append((ts, rid))
-            counted_events.append(e)
+                        continue
+                    if late_counted is None:
+                        late_counted = []
+                    late_counted.append(len(counted_events))
+                if ts > max_ts:
+                    max_ts = ts
+                fresh.add(rid)
+                new_ids.append((ts, rid))
+                counted_events.append(e)
+            if late:
+                refused.append((m, _LATE, late))
+            if future:
+                refused.append((m, _FUTURE, future))
         tracker.max_ts = max_ts
+        if duplicates:
+            self.summary.duplicates += duplicates
+            self.metrics.duplicate_events.inc(duplicates)
         if fresh:
             seen.add_many(new_ids[first_new:])
+            if seen.slices > self._max_slices:
+                # A backlog crosses hours of event time between two checkpoints, and every
+                # lookup above walks every slice: forget what a reload from the store would
+                # not hold either (the checkpoint prunes the same way).
+                seen.prune(max_ts)
         if counted_events and self.guard is not None:
             # Only events that count may take a series slot: a duplicate or late event of a
             # new pair would hold one it never stores, and push a route into overflow.
@@ -456,15 +510,27 @@ class Pipeline:
                     self._observe(partition, on_time)
             else:
                 self._observe(partition, counted_events)
-        if late:
-            self.summary.late += len(late)
-            self.metrics.late_events.inc(len(late))
-            self._reject(late, self._origin(partition, offset, key), invalid=False)
-        if future:
-            self.summary.future += len(future)
-            self.metrics.future_events.inc(len(future))
-            self._reject(future, self._origin(partition, offset, key), invalid=False)
-        return counted
+        return counted, refused
+
+    def _dead_letters(
+        self,
+        partition: int,
+        offsets: Sequence[int],
+        keys: Sequence[bytes | None] | None,
+        rejected: list[tuple[int, int, list[Rejection]]],
+    ) -> None:
+        """Send rejections in the order message-by-message processing sends them: by
+        message, and within one its invalid events, then the late, then the future ones."""
+        rejected.sort(key=_by_message)
+        for m, kind, rejections in rejected:
+            origin = self._origin(partition, offsets[m], None if keys is None else keys[m])
+            if kind == _LATE:
+                self.summary.late += len(rejections)
+                self.metrics.late_events.inc(len(rejections))
+            elif kind == _FUTURE:
+                self.summary.future += len(rejections)
+                self.metrics.future_events.inc(len(rejections))
+            self._reject(rejections, origin, invalid=kind == _INVALID)
 
     def _observe(self, partition: int, events: list[Event]) -> None:
         if not self.hold_limit:

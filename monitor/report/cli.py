@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from monitor.config import Config
-from monitor.report.data import GRANULARITIES
+from monitor.report.options import GRANULARITIES
 from monitor.times import parse_time_arg
 
 

@@ -42,6 +42,7 @@ from monitor.gate import GateJudgement, GateSettings
 from monitor.gate.listing import judge_experiments
 from monitor.jsonable import jsonable
 from monitor.policy.result import Pair as PolicyPair
+from monitor.report.options import GRANULARITIES
 from monitor.report.policy import PolicySection, gather_policy
 from monitor.store.query import RatioRow
 from monitor.store.report_queries import routes_with_series, state_sources
@@ -61,7 +62,6 @@ __all__ = [
     "gather_report",
 ]
 
-GRANULARITIES = ("auto", "minute", "hour", "day")
 STEP = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1), "day": timedelta(days=1)}
 # Auto granularity keeps a chart to at most ~720-1440 points per series: minute buckets up to
 # half a day of data, hour buckets up to two months, days beyond.

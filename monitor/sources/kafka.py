@@ -204,9 +204,9 @@ class KafkaSource:
                     continue  # revoked while the fetch was in flight
                 if p not in self._first_read and pipeline.next_offset(p) is None:
                     self._first_read[p] = records[0].offset
-                process = pipeline.process
-                for r in records:
-                    process(p, r.offset, r.value, r.key)
+                # a partition's records counted at once: the same as one by one, cheaper
+                pipeline.process_many(p, [r.offset for r in records],
+                                      [r.value for r in records], [r.key for r in records])
                 n += len(records)
             # the poll's events judged in one call, before the app's sweep or an operator's
             # action can come between them

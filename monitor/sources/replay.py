@@ -20,7 +20,7 @@ from functools import partial
 from typing import IO, Any
 
 from monitor.deadletter import DeadLetterSink
-from monitor.eventtime import FixedNow, Lookahead, PlausibleTime, newest_time
+from monitor.eventtime import FixedNow, Lookahead, Parsed, PlausibleTime, newest_time
 from monitor.pipeline import HOLD_EVENTS, IngestSummary, Pipeline
 from monitor.sources.exceptions import InputEndedEarlyError, ReplayInputError
 from monitor.telemetry.event import Rejection
@@ -28,6 +28,7 @@ from monitor.telemetry.event import Rejection
 PARTITION = 0
 GZ_CHUNK = 1 << 20  # bytes read, and decompressed, at a time
 DUE_EVERY = 16  # lines between two questions whether a checkpoint is due
+CHUNK_LINES = 512  # lines counted in one Pipeline.process_many call
 
 
 # What reading a file can raise: the OS (EIO, EISDIR), a truncated gzip stream (EOFError), a
@@ -152,10 +153,22 @@ def replay(path: str, pipeline: Pipeline, *, progress: bool | None = None,
     pipeline.hold_limit = HOLD_EVENTS
     ahead = _lookahead(pipeline, now)
     # The look-ahead's fast path, inline: this loop runs once per line, and a message within
-    # the limit while nothing is held goes straight to the pipeline (see Lookahead.feed).
+    # the limit while nothing is held goes to the pipeline (see Lookahead.feed), a chunk of
+    # lines at a time (Pipeline.process_many: the same as line by line, cheaper).
     rule, held, hold = ahead.rule, ahead.held, ahead.hold
-    parse, process = pipeline.parser.parse, pipeline.process
+    parse, process_many = pipeline.parser.parse, pipeline.process_many
     tracker = pipeline.tracker(PARTITION)
+    offsets: list[int] = []
+    lines: list[bytes] = []
+    parsed_lines: list[Parsed] = []
+
+    def flush() -> None:
+        if offsets:
+            process_many(PARTITION, offsets, lines, None, parsed_lines if rule else None)
+            offsets.clear()
+            lines.clear()
+            parsed_lines.clear()
+
     offset = base
     started = last_draw = time.monotonic()
     reading = True  # False while a line is processed: tells a read error from the rest
@@ -167,19 +180,29 @@ def replay(path: str, pipeline: Pipeline, *, progress: bool | None = None,
                 if not line.strip():
                     pass
                 elif rule is None:
-                    process(PARTITION, offset, line)
+                    offsets.append(offset)
+                    lines.append(line)
                 else:
                     parsed = parse(line)
                     events = parsed[0]
                     newest = events[0].ts if len(events) == 1 else newest_time(events)
+                    # The chunk is not counted yet, so tracker.max_ts may lag behind what
+                    # this line would meet: a line it cannot clear counts the chunk first.
+                    if held or (newest is not None and newest > tracker.max_ts + rule.skew):
+                        flush()
                     if held or (newest is not None and newest > tracker.max_ts + rule.skew):
                         hold(offset, line, parsed, newest)
                     else:
-                        process(PARTITION, offset, line, parsed=parsed)
+                        offsets.append(offset)
+                        lines.append(line)
+                        parsed_lines.append(parsed)
                 offset += 1
+                if len(offsets) >= CHUNK_LINES:
+                    flush()
                 # Asked every DUE_EVERY lines, not each: a call and a clock read per line
                 # showed in the profile, and a checkpoint a few lines late changes nothing.
                 if not offset % DUE_EVERY and due():
+                    flush()
                     pipeline.checkpoint()
                     if bar is not None and time.monotonic() - last_draw > 0.2:
                         last_draw = time.monotonic()
@@ -191,12 +214,14 @@ def replay(path: str, pipeline: Pipeline, *, progress: bool | None = None,
             read = offset - base
             if not read:
                 raise ReplayInputError(f"cannot read {path}: {_reason(e)}") from e
+            flush()
             ahead.drain()
             pipeline.checkpoint()  # what was read is good: keep it
             raise InputEndedEarlyError(
                 f"{path}: input ended early at line {read + 1:,}: {_reason(e)}; the {read:,} "
                 f"lines before it were committed ({summary.line()})"
             ) from e
+        flush()
         ahead.drain()
         pipeline.checkpoint()
         if bar is not None:
