@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from monitor import heap
 from monitor.config import Config, load_config, parse_duration
 from monitor.exceptions import SpecwatchError
 from monitor.times import parse_time_arg
@@ -55,6 +56,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = _config(args)
     _setup_logging(config.log_level)
     app = Application(config, http=args.http)
+    heap.settle()  # after start-up: see monitor/heap.py
 
     def _stop(signum: int, frame: Any) -> None:
         log.info("signal %d: stopping after a final checkpoint", signum)
@@ -70,7 +72,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from prometheus_client import CollectorRegistry
 
     from alerts.alerting import Alerting
-    from alerts.delivery import DeliveryWorker
     from alerts.metrics import AlertMetrics
     from alerts.outfile import AlertsFile
     from alerts.sinks import build_sinks
@@ -120,11 +121,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
         alerting=alerting, guard=guard, gpus_per_replica=config.cost.gpus_per_replica,
         slicer=Slicer(config.policy) if config.policy.enabled else None,
     )
+    heap.settle()  # after start-up: see monitor/heap.py
     started = time.monotonic()
     try:
         summary = replay(args.path, pipeline, progress=args.progress, src=src,
                          now=args.now.timestamp() if args.now else None)
         if args.deliver:
+            # Imported here: its HTTP client costs a backtest's start-up for nothing.
+            from alerts.delivery import DeliveryWorker
+
             worker = DeliveryWorker(store.alerting, sinks, config.alerting, alert_metrics)
             left = worker.drain(args.deliver_timeout)
             print(f"delivered to {', '.join(sinks) or 'no sink'}; {left} notification(s) "
