@@ -57,6 +57,9 @@ from monitor.sources.replay import replay  # noqa: E402
 from monitor.store.db import upgrade  # noqa: E402
 from monitor.store.store import Store  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from replay_cli import json_loop  # noqa: E402
+
 PARTITIONS = 4
 
 
@@ -141,18 +144,6 @@ def replay_file(path: Path, db_url: str, detection: bool) -> dict[str, float]:
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     store.close()
     return {"events": summary.events, "wall": wall, "cpu": cpu, "rate": summary.events / wall}
-
-
-def json_loop(path: Path) -> dict[str, float]:
-    """The replay's floor: read the file's lines and ``json.loads`` each, nothing else."""
-    n = 0
-    t0, c0 = time.perf_counter(), time.process_time()
-    with path.open("rb") as f:
-        for line in f:
-            json.loads(line)
-            n += 1
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    return {"events": n, "wall": wall, "cpu": cpu, "rate": n / wall}
 
 
 def main() -> int:
