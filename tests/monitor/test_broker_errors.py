@@ -234,17 +234,20 @@ def test_an_unexpected_error_is_logged_counted_and_the_loop_goes_on_from_the_sto
     config, db, messages = _app(broker, tmp_path, traffic)
     registry = CollectorRegistry()
     app = Application(config, registry=registry, env={})
-    process = app.pipeline.process
-    calls = 0
+    process_many = app.pipeline.process_many
+    calls = 0  # messages handed to the pipeline, the failed batch's included
+    failed_once = False
 
-    def process_failing_once(*args: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        if calls == messages // 2:  # mid-stream, with uncommitted work in memory
-            raise RuntimeError("injected: a bug met by one message")
-        return process(*args)
+    def process_failing_once(partition: int, offsets: list[int], *args: Any) -> Any:
+        nonlocal calls, failed_once
+        calls += len(offsets)
+        if not failed_once and calls >= messages // 2:  # mid-stream, with uncommitted work
+            failed_once = True
+            raise RuntimeError("injected: a bug met by one batch of messages")
+        return process_many(partition, offsets, *args)
 
-    monkeypatch.setattr(app.pipeline, "process", process_failing_once)
+    # the Kafka source hands the pipeline a partition's records at a time
+    monkeypatch.setattr(app.pipeline, "process_many", process_failing_once)
     runner = threading.Thread(target=app.run, name="daemon")
     with caplog.at_level(logging.ERROR, logger="monitor.app"):
         runner.start()
@@ -277,7 +280,7 @@ def test_a_loop_that_keeps_failing_exits_loudly_for_a_supervisor(
     def broken(*args: Any) -> Any:
         raise RuntimeError("injected: a bug met by every message")
 
-    monkeypatch.setattr(app.pipeline, "process", broken)
+    monkeypatch.setattr(app.pipeline, "process_many", broken)
     with caplog.at_level(logging.CRITICAL, logger="monitor.app"), \
             pytest.raises(LoopFailedError, match="failed 6 times in a row"):
         app.run()
