@@ -603,7 +603,8 @@ class Pipeline:
         cost sets the pause before the next (``ingest.checkpoint_pause_factor``).
         """
         started = self._last_checkpoint = self._clock()
-        committed = self._checkpoint()
+        with heap.collector_paused():  # its garbage dies by reference count: monitor/heap.py
+            committed = self._checkpoint()
         if committed:
             # Only a committed checkpoint's cost counts: a failed or fenced one says nothing
             # about the next, which must come as soon as the store or the partitions allow.

@@ -296,6 +296,31 @@ def test_a_large_checkpoint_hands_its_freed_peak_back_to_the_system(
     assert store.totals()[0] == 70
 
 
+def test_a_checkpoint_runs_without_the_cyclic_collector_and_restores_it() -> None:
+    import gc
+
+    store = MemoryStore()
+    p, _, _ = make(store)
+    seen: list[bool] = []
+    real = store.commit
+
+    def commit(cp: Checkpoint) -> None:
+        seen.append(gc.isenabled())
+        real(cp)
+
+    def broken(cp: Checkpoint) -> None:
+        raise RuntimeError("database went away")
+
+    store.commit = commit  # type: ignore[method-assign]
+    p.process(0, 0, msg(ev("a", 1.0)))
+    assert p.checkpoint() and seen == [False] and gc.isenabled()
+    p.process(0, 1, msg(ev("b", 2.0)))
+    store.commit = broken  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        p.checkpoint()
+    assert gc.isenabled()  # a failed checkpoint leaves the collector on too
+
+
 def test_release_trims_the_c_heap_where_glibc_runs_it() -> None:
     import platform
 
