@@ -120,6 +120,11 @@ class AcceptanceDetector(Protocol):
     @property
     def threshold(self) -> float | None: ...
 
+    @property
+    def requests(self) -> int:
+        """Requests judged so far (evidence's ``requests``, without building it)."""
+        ...
+
     def update(self, accepted: int, drafted: int, ts: float | None = None) -> None: ...
 
     def update_many(self, accepted: Sequence[int], drafted: Sequence[int],
@@ -799,6 +804,11 @@ class OverdispersedCusum(Detector):
             self._rec_s, self._rec_ex = 0.0, [0.0, 0.0, 0.0]
 
     # -- reporting ---------------------------------------------------------------------------
+
+    @property
+    def requests(self) -> int:
+        """Requests judged so far."""
+        return self._n
 
     def evidence(self) -> dict[str, Any]:
         """Numbers for an alert's details (JSON-ready).

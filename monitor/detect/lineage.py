@@ -54,7 +54,7 @@ def predecessor(route: Route, segments: Mapping[str, Segment], seg_id: str,
 
 
 def _requests(seg: Segment) -> int:
-    return int(seg.acceptance.evidence().get("requests", 0)) if seg.acceptance else 0
+    return seg.acceptance.requests if seg.acceptance else 0
 
 
 def start(route: Route, seg_id: str, seg: Segment, prev_id: str, prev: Segment, e: Event,

@@ -210,6 +210,11 @@ class _RiverAdapter(Detector):
         """The level after the last detection while changed, else None."""
         return self._level_now if self._direction is not None else None
 
+    @property
+    def requests(self) -> int:
+        """Requests judged so far."""
+        return self._n
+
     def evidence(self) -> dict[str, Any]:
         """Numbers for an alert's details (JSON-ready)."""
         return {
