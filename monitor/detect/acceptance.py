@@ -42,7 +42,7 @@ import numpy as np
 
 from monitor.detect.acceptance_reference import RequestHistogram
 from monitor.detect.base import Detector
-from monitor.detect.calibration import quasi_cusum_threshold
+from monitor.detect.calibration import quasi_cusum_thresholds
 from monitor.detect.exceptions import StateVersionError
 
 DAY_S = 86400.0
@@ -509,27 +509,21 @@ class OverdispersedCusum(Detector):
         resid2 = base[_WAA] - 2.0 * p0 * base[_WAD] + p0 * p0 * base[_WDD]
         se = math.sqrt(max(resid2, 0.0)) / base[_WD] / p0
         n, wa, wd = self._ref.arrays()
+        # scalar logs, as the per-request path has always used: the coefficients are state
+        ca = [math.log(p1 / p0) for _, _, p1 in levels]
+        cb = [math.log((1.0 - p1) / (1.0 - p0)) for _, _, p1 in levels]
+        hs, thetas = self._thresholds(n, wa, wd, p0, np.array(ca), np.array(cb), se, arl_each)
+        # a recalibration keeps each CUSUM's evidence so far
         old = {(s, e): (s_k, ex) for s, e, s_k, ex in
                zip(self._side, self._delta, self._s, self._ex, strict=True)}
-        self._side, self._delta, self._p1 = [], [], []
-        self._ca, self._cb, self._h, self._theta = [], [], [], []
-        s_new, ex_new = [], []
-        for side, e, p1 in levels:
-            ca = math.log(p1 / p0)
-            cb = math.log((1.0 - p1) / (1.0 - p0))
-            h, theta = self._threshold(n, wa, wd, p0, ca, cb, se, arl_each)
-            self._side.append(side)
-            self._delta.append(e)
-            self._p1.append(p1)
-            self._ca.append(ca)
-            self._cb.append(cb)
-            self._h.append(h)
-            self._theta.append(theta)
-            # a recalibration keeps each CUSUM's evidence so far
-            s_k, ex = old.get((side, e), (0.0, list(_EMPTY_EX)))
-            s_new.append(s_k)
-            ex_new.append(ex)
-        self._s, self._ex = s_new, ex_new
+        kept = [old.get((side, e), (0.0, list(_EMPTY_EX))) for side, e, _ in levels]
+        self._side = [side for side, _, _ in levels]
+        self._delta = [e for _, e, _ in levels]
+        self._p1 = [p1 for _, _, p1 in levels]
+        self._ca, self._cb = ca, cb
+        self._h, self._theta = hs.tolist(), thetas.tolist()
+        self._s = [s_k for s_k, _ in kept]
+        self._ex = [ex for _, ex in kept]
         self._set_caps()
 
     def _set_caps(self) -> None:
@@ -537,18 +531,19 @@ class OverdispersedCusum(Detector):
         m = self.min_requests
         self._cap = [on_grid(h / m) for h in self._h]
 
-    def _threshold(
+    def _thresholds(
         self,
         n: np.ndarray,
         wa: np.ndarray,
         wd: np.ndarray,
         p0: float,
-        ca: float,
-        cb: float,
+        ca: np.ndarray,
+        cb: np.ndarray,
         se: float,
         arl: float,
-    ) -> tuple[float, float]:
-        """h and theta of one CUSUM from the baseline histogram.
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """h and theta of CUSUMs (one per entry of ``ca``, ``cb``) from the baseline histogram,
+        all solved together (:func:`quasi_cusum_thresholds`).
 
         Each bin's mean increment is ``(wa ca + (wd - wa) cb) / n``. If the true baseline is
         ``p0 (1 + eta)``, the expected accepted count moves by ``eta p0 d``, so each increment
@@ -558,12 +553,13 @@ class OverdispersedCusum(Detector):
             # the coin-flip model's own claim: an exact LLR, theta 1, drift KL per token
             kl = p0 * -ca + (1.0 - p0) * -cb
             drift = kl * float(wd.sum() / n.sum())
-            inc, wts = np.array([-drift]), np.ones(1)
-            return quasi_cusum_threshold(inc, wts, arl, theta_max=1.0, nodes=1)[0], 1.0
-        inc = (wa * ca + (wd - wa) * cb) / n
-        shift = p0 * (ca - cb) * wd / n
+            h, _ = quasi_cusum_thresholds(-drift[:, None], np.ones(1), arl, theta_max=1.0,
+                                          nodes=1)
+            return h, np.ones_like(h)
+        inc = (wa * ca[:, None] + (wd - wa) * cb[:, None]) / n
+        shift = p0 * (ca - cb)[:, None] * wd / n
         theta_max = 1.0 if self._ref.n < _MATURE else math.inf
-        return quasi_cusum_threshold(
+        return quasi_cusum_thresholds(
             inc, n, arl, shift=shift, se=se, theta_max=theta_max,
             min_requests=self.min_requests,
         )
@@ -774,8 +770,9 @@ class OverdispersedCusum(Detector):
         n, wa, wd = self._ref.arrays()
         wa = wa * (pc / p0)
         # A false recovery only re-opens the episode later, so one test's ARL is enough.
-        self._rec_h, _ = self._threshold(n, wa, wd, pc, self._rec_ca, self._rec_cb, 0.0,
-                                         self._arl)
+        hs, _ = self._thresholds(n, wa, wd, pc, np.array([self._rec_ca]),
+                                 np.array([self._rec_cb]), 0.0, self._arl)
+        self._rec_h = float(hs[0])
         self._rec_s, self._rec_ex, self._back = 0.0, [0.0, 0.0, 0.0], None
 
     def _changed(self, a: int, d: int) -> None:
