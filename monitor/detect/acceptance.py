@@ -451,8 +451,7 @@ class OverdispersedCusum(Detector):
                 self._rho = float(min(max(excess / pairs, 0.0), 1.0))
         self._ref = RequestHistogram(self._rho)
         self._newer_hist = RequestHistogram(self._rho)
-        for ai, di in zip(self._warm_a, self._warm_d, strict=True):
-            self._add(self._base, self._ref, ai, di)
+        self._add_many(self._base, self._ref, self._warm_a, self._warm_d)
         self._warm_a, self._warm_d = [], []
         self._phase = "watch"
         self._calibrate()
@@ -469,6 +468,25 @@ class OverdispersedCusum(Detector):
         sums[_WAD] += wa * wd
         sums[_WDD] += wd * wd
         hist.add(a, d)
+
+    def _add_many(self, sums: list[float], hist: RequestHistogram, a: Sequence[int],
+                  d: Sequence[int]) -> None:
+        """:meth:`_add` of each request, in order: each sum accumulated one request after
+        the other (``np.add.accumulate``, never a pairwise sum), so the floats are the ones
+        :meth:`_add` leaves, bit for bit."""
+        if not d:
+            return
+        af = np.array(a, dtype=np.float64)
+        df = np.array(d, dtype=np.float64)
+        w = 1.0 / (1.0 + (df - 1.0) * self._rho)
+        wa, wd = w * af, w * df
+        terms = np.empty((_SUMS, len(d) + 1))
+        terms[:, 0] = sums
+        for i, column in ((_N, 1.0), (_A, af), (_D, df), (_WA, wa), (_WD, wd),
+                          (_WAA, wa * wa), (_WAD, wa * wd), (_WDD, wd * wd)):
+            terms[i, 1:] = column
+        sums[:] = np.add.accumulate(terms, axis=1)[:, -1].tolist()
+        hist.add_many(list(a), list(d))
 
     def _rate(self) -> float:
         """Drafted requests per second of event time, over everything seen."""
@@ -624,6 +642,8 @@ class OverdispersedCusum(Detector):
                 run = min(n - i, self.baseline_chunk - int(self._newer[_N]), _RUN_MAX)
             if run >= _VECTOR_MIN and max(self._h) < _H_MAX:
                 i += self._watch_run(accepted, drafted, ts, i, run)
+            elif self._phase == "warmup" and (ts is not None or self.arl_requests is not None):
+                i += self._warm_run(accepted, drafted, ts, i)
             else:
                 self.update(accepted[i], drafted[i], None if ts is None else ts[i])
                 i += 1
@@ -659,23 +679,51 @@ class OverdispersedCusum(Detector):
         self._n += taken
         t_in = None if ts is None else [float(t) for t in ts[i:i + taken]]
         if t_in is not None:
-            if self._ts_first is None:
-                self._ts_first = t_in[0]
-            newest = max(t_in)
-            if self._ts_last is None or newest > self._ts_last:
-                self._ts_last = newest
+            self._stamp(t_in)
         self._excursions(s[:taken], s0, a[:taken], d[:taken], t_in, n_before)
         if alarm_row >= 0:
             ratio = np.where(s[alarm_row] >= h, s[alarm_row] / h, -np.inf)
-            for k in range(alarm_row):
-                self._add(self._newer, self._newer_hist, a_in[k], d_in[k])
+            self._add_many(self._newer, self._newer_hist, a_in[:alarm_row], d_in[:alarm_row])
             self._fire(int(ratio.argmax()), None if t_in is None else t_in[-1])
             return taken
-        newer, hist = self._newer, self._newer_hist
-        for k in range(run - 1):
-            self._add(newer, hist, a_in[k], d_in[k])
+        self._add_many(self._newer, self._newer_hist, a_in[:run - 1], d_in[:run - 1])
         self._refine(a_in[-1], d_in[-1])  # the run's last request may complete the chunk
         return taken
+
+    def _warm_run(self, accepted: Sequence[int], drafted: Sequence[int],
+                  ts: Sequence[float] | None, i: int) -> int:
+        """:meth:`_warm` for the requests from ``i`` up to the one that ends the warm-up
+        (which arms the bank) or the last; returns how many were taken."""
+        a_in, d_in = list(accepted[i:]), list(drafted[i:])
+        d = np.array(d_in, dtype=np.int64)
+        a = np.array(a_in, dtype=np.int64)
+        if not (d.min() > 0 and a.min() >= 0 and (a <= d).all()):
+            # update() skips or names the odd request; requests before it count as usual
+            self.update(a_in[0], d_in[0], None if ts is None else ts[i])
+            return 1
+        seen = len(self._warm_a) + np.arange(1, len(d) + 1)
+        tokens = self._warm_tokens + np.cumsum(d)
+        ready = ((seen >= self.warmup_requests) & (tokens >= self.warmup_tokens)) | (
+            seen >= 4 * self.warmup_requests)
+        taken = int(ready.argmax()) + 1 if ready.any() else len(d)
+        if ts is not None:
+            self._stamp([float(t) for t in ts[i:i + taken]])
+        self._n += taken
+        self._warm_a += a_in[:taken]
+        self._warm_d += d_in[:taken]
+        self._warm_tokens = int(tokens[taken - 1])
+        if ready.any():
+            self._arm()
+        return taken
+
+    def _stamp(self, ts: list[float]) -> None:
+        """The event-time span after requests at ``ts`` (in order), as :meth:`update` keeps
+        it: first seen, and latest."""
+        if self._ts_first is None:
+            self._ts_first = ts[0]
+        newest = max(ts)
+        if self._ts_last is None or newest > self._ts_last:
+            self._ts_last = newest
 
     def _excursions(self, s: np.ndarray, s0: np.ndarray, a: np.ndarray, d: np.ndarray,
                     ts: list[float] | None, n_before: int) -> None:

@@ -28,6 +28,12 @@ _KEY = 128  # key = u-bin * _KEY + r-bin
 class RequestHistogram:
     """Sparse histogram of requests by (information weight, acceptance ratio).
 
+    Requests are queued as they come (two list appends) and binned a batch at a time when
+    the histogram is read: the bins are kept as arrays sorted by key, and each batch is
+    added with ``np.add.at``, which adds a bin's requests one after the other in arrival
+    order -- the same float sums, bit for bit, as adding each request as it came, however
+    the requests were batched.
+
     Parameters
     ----------
     rho
@@ -45,50 +51,98 @@ class RequestHistogram:
 
     def __init__(self, rho: float) -> None:
         self.rho = rho
-        self._bins: dict[int, list[float]] = {}
         self.n = 0
+        self._keys = np.empty(0, dtype=np.int64)
+        self._count = np.empty(0)
+        self._wa = np.empty(0)
+        self._wd = np.empty(0)
+        self._queue_a: list[int] = []
+        self._queue_d: list[int] = []
 
     def add(self, accepted: int, drafted: int) -> None:
-        w = 1.0 / (1.0 + (drafted - 1) * self.rho)
-        wd = w * drafted
-        key = int(math.log(wd) / _U_STEP) * _KEY + int(accepted * _R_BINS // drafted)
-        b = self._bins.get(key)
-        if b is None:
-            self._bins[key] = [1.0, w * accepted, wd]
-        else:
-            b[0] += 1.0
-            b[1] += w * accepted
-            b[2] += wd
+        self._queue_a.append(accepted)
+        self._queue_d.append(drafted)
         self.n += 1
+
+    def add_many(self, accepted: list[int], drafted: list[int]) -> None:
+        """:meth:`add` of each request, in order."""
+        self._queue_a += accepted
+        self._queue_d += drafted
+        self.n += len(drafted)
+
+    def _flush(self) -> None:
+        """Bin the queued requests."""
+        if not self._queue_d:
+            return
+        a = np.array(self._queue_a, dtype=np.int64)
+        d = np.array(self._queue_d, dtype=np.int64)
+        self._queue_a, self._queue_d = [], []
+        w = 1.0 / (1.0 + (d - 1).astype(np.float64) * self.rho)
+        wd = w * d
+        keys = _u_bins(wd) * _KEY + a * _R_BINS // d
+        at = self._place(keys)
+        np.add.at(self._count, at, 1.0)
+        np.add.at(self._wa, at, w * a)
+        np.add.at(self._wd, at, wd)
+
+    def _place(self, keys: np.ndarray) -> np.ndarray:
+        """Where each key's bin is, after making room for new ones (empty, in key order)."""
+        union = np.union1d(self._keys, keys)
+        if len(union) > len(self._keys):
+            old = np.searchsorted(union, self._keys)
+            for name in ("_count", "_wa", "_wd"):
+                grown = np.zeros(len(union))
+                grown[old] = getattr(self, name)
+                setattr(self, name, grown)
+            self._keys = union
+        return np.searchsorted(self._keys, keys)
 
     def merge(self, other: RequestHistogram) -> None:
         """Add another histogram's requests (same rho)."""
-        for key, (n, wa, wd) in other._bins.items():
-            b = self._bins.get(key)
-            if b is None:
-                self._bins[key] = [n, wa, wd]
-            else:
-                b[0] += n
-                b[1] += wa
-                b[2] += wd
+        other._flush()
+        self._flush()
+        at = self._place(other._keys)  # each key once: one addition per bin, as before
+        self._count[at] += other._count
+        self._wa[at] += other._wa
+        self._wd[at] += other._wd
         self.n += other.n
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per bin, in key order: count, sum of w a, sum of w d."""
-        keys = sorted(self._bins)
-        data = np.array([self._bins[k] for k in keys], dtype=np.float64).reshape(-1, 3)
-        return data[:, 0], data[:, 1], data[:, 2]
+        """Per bin, in key order: count, sum of w a, sum of w d (copies)."""
+        self._flush()
+        return self._count.copy(), self._wa.copy(), self._wd.copy()
 
     def to_json(self) -> dict[str, Any]:
-        keys = sorted(self._bins)
-        return {"rho": self.rho, "n": self.n, "bins": [[k, *self._bins[k]] for k in keys]}
+        self._flush()
+        bins = zip(self._keys.tolist(), self._count.tolist(), self._wa.tolist(),
+                   self._wd.tolist(), strict=True)
+        return {"rho": self.rho, "n": self.n, "bins": [list(b) for b in bins]}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RequestHistogram:
         hist = cls(float(data["rho"]))
         hist.n = int(data["n"])
-        hist._bins = {int(k): [float(n), float(wa), float(wd)] for k, n, wa, wd in data["bins"]}
+        bins = sorted((int(k), float(n), float(wa), float(wd)) for k, n, wa, wd in data["bins"])
+        if bins:
+            keys, count, wa, wd = zip(*bins, strict=True)
+            hist._keys = np.array(keys, dtype=np.int64)
+            hist._count, hist._wa, hist._wd = np.array(count), np.array(wa), np.array(wd)
         return hist
 
     def __len__(self) -> int:
-        return len(self._bins)
+        self._flush()
+        return len(self._keys)
+
+
+def _u_bins(wd: np.ndarray) -> np.ndarray:
+    """``int(math.log(wd) / _U_STEP)`` of each entry, as the scalar code computed it.
+
+    numpy's log may differ from ``math.log`` in the last bit on some CPUs; that matters
+    only where the quotient is within rounding of a bin edge, so those few are recomputed
+    with ``math.log`` and the bins stay exactly what they always were.
+    """
+    q = np.log(wd) / _U_STEP
+    edge = np.flatnonzero(np.abs(q - np.round(q)) < 1e-9)
+    for i in edge.tolist():
+        q[i] = math.log(float(wd[i])) / _U_STEP
+    return np.trunc(q).astype(np.int64)

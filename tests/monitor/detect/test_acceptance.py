@@ -9,6 +9,7 @@ are strongly correlated and requests differ.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ from monitor.detect.acceptance import (
     make_detector,
     restore_detector,
 )
+from monitor.detect.acceptance_reference import RequestHistogram
 from monitor.detect.exceptions import StateVersionError
 from monitor.simulate.acceptance import calibrated_mean, engine_rate
 
@@ -265,3 +267,65 @@ def test_current_at_recovery_is_the_recovered_level() -> None:
             break
     else:
         pytest.fail("never recovered")
+
+
+class _ScalarHistogram:
+    """The request histogram as it was kept before issue 18: a dict of bins, each request
+    added as it came (the sums :class:`RequestHistogram` must reproduce bit for bit)."""
+
+    def __init__(self, rho: float) -> None:
+        self.rho, self.n, self.bins = rho, 0, {}
+
+    def add(self, accepted: int, drafted: int) -> None:
+        w = 1.0 / (1.0 + (drafted - 1) * self.rho)
+        wd = w * drafted
+        key = int(math.log(wd) / math.log(1.08)) * 128 + int(accepted * 100 // drafted)
+        b = self.bins.setdefault(key, [0.0, 0.0, 0.0])
+        b[0] += 1.0
+        b[1] += w * accepted
+        b[2] += wd
+        self.n += 1
+
+    def merge(self, other: _ScalarHistogram) -> None:
+        for key, (n, wa, wd) in other.bins.items():
+            b = self.bins.setdefault(key, [0.0, 0.0, 0.0])
+            b[0] += n
+            b[1] += wa
+            b[2] += wd
+        self.n += other.n
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rho": self.rho, "n": self.n,
+                "bins": [[k, *self.bins[k]] for k in sorted(self.bins)]}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_request_histogram_sums_are_the_scalar_ones_however_batched(seed: int) -> None:
+    """Queued and binned a batch at a time (np.add.at), the bins hold the same floats as
+    requests added one by one; reads and merges may come anywhere."""
+    rng = np.random.default_rng(seed)
+    rho = float(rng.uniform(0.0, 0.3))
+    fast, slow = RequestHistogram(rho), _ScalarHistogram(rho)
+    chunk, chunk_slow = RequestHistogram(rho), _ScalarHistogram(rho)
+    for _ in range(40):
+        size = int(rng.integers(1, 300))
+        d = rng.integers(1, 2000, size).tolist()
+        a = [int(rng.integers(0, x + 1)) for x in d]
+        if rng.random() < 0.5:
+            chunk.add_many(a, d)
+        else:
+            for ai, di in zip(a, d, strict=True):
+                chunk.add(ai, di)
+        for ai, di in zip(a, d, strict=True):
+            chunk_slow.add(ai, di)
+        if rng.random() < 0.3:
+            chunk.arrays()  # a read bins what is queued
+        if rng.random() < 0.4:
+            fast.merge(chunk)
+            slow.merge(chunk_slow)
+            chunk, chunk_slow = RequestHistogram(rho), _ScalarHistogram(rho)
+    for hist, ref in ((fast, slow), (chunk, chunk_slow)):
+        assert json.dumps(hist.to_json()) == json.dumps(ref.to_json())
+        assert len(hist) == len(ref.bins)
+    restored = RequestHistogram.from_json(json.loads(json.dumps(fast.to_json())))
+    assert restored.to_json() == fast.to_json()
