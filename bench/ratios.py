@@ -111,16 +111,19 @@ def fill(url: str, n_series: int, n_routes: int, days: int) -> tuple[str, int]:
 
 
 def plan(url: str, route: str, since: datetime) -> list[str]:
-    """The database's plan for one route's hour rows."""
+    """The database's plan for one of the route's series' hour rows (``ratios`` runs it once
+    per series of the route)."""
     from sqlalchemy import select
 
-    from monitor.store.query import _filtered  # the query `ratios` runs
+    from monitor.store.query import per_series_statement
 
     r = rollups_table.c
-    stmt = _filtered(select(r.bucket_start, r.requests), "hour", route, since, None)
     engine = make_engine(url)
     try:
         with engine.connect() as conn:
+            sid = conn.execute(select(series_table.c.id)
+                               .where(series_table.c.route == route).limit(1)).scalar_one()
+            stmt = per_series_statement([r.requests], "hour", since, None).params(sid=sid)
             compiled = stmt.compile(conn, compile_kwargs={"literal_binds": True})
             prefix = "EXPLAIN QUERY PLAN " if conn.dialect.name == "sqlite" else "EXPLAIN "
             return [" ".join(str(v) for v in row)
@@ -160,22 +163,36 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--db", default=None, help="a PostgreSQL server URL: a new database there "
                    "is made and dropped (default: a SQLite file in a temporary directory)")
+    p.add_argument("--keep", default=None, metavar="NAME",
+                   help="keep the filled store for the next run and reuse it when it is there "
+                   "(the fill takes minutes): database NAME on --db's server, or the SQLite "
+                   "file NAME; it must have been filled with the same sizes")
     args = p.parse_args(argv)
 
     with tempfile.TemporaryDirectory() as tmp:
         admin = None
+        reuse = False
         if args.db:
-            name = f"bench_ratios_{uuid.uuid4().hex[:8]}"
+            name = args.keep or f"bench_ratios_{uuid.uuid4().hex[:8]}"
             admin = create_engine(args.db, isolation_level="AUTOCOMMIT")
             with admin.connect() as conn:
-                conn.execute(text(f'CREATE DATABASE "{name}"'))
+                reuse = conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"),
+                                     {"n": name}).first() is not None
+                if not reuse:
+                    conn.execute(text(f'CREATE DATABASE "{name}"'))
             url = args.db.rsplit("/", 1)[0] + "/" + name
         else:
-            url = f"sqlite:///{tmp}/ratios.db"
+            path = Path(args.keep) if args.keep else Path(tmp) / "ratios.db"
+            reuse = path.exists()
+            url = f"sqlite:///{path}"
         try:
             upgrade(url)
             started = time.perf_counter()
-            route, per_route = fill(url, args.series, args.routes, args.days)
+            if reuse and args.keep:
+                route = f"route-{min(7, args.routes - 1):04d}"
+                per_route = -(-args.series // args.routes)
+            else:
+                route, per_route = fill(url, args.series, args.routes, args.days)
             hours = args.days * 24
             print(f"store: {url.split('@')[-1]}; {args.series:,} series over {args.routes} "
                   f"routes, {args.series * hours:,} hour rows and {args.series * args.days:,} "
@@ -193,8 +210,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {line}")
         finally:
             if admin is not None:
-                with admin.connect() as conn:
-                    conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+                if not args.keep:
+                    with admin.connect() as conn:
+                        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
                 admin.dispose()
     return 0
 

@@ -6,19 +6,21 @@ import csv
 import functools
 import io
 import json
+import operator
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Select, select
+from sqlalchemy import Connection, Select, bindparam, select
 
 from monitor.aggregate.bucket import COUNTERS, FLOATS, OUTCOME_COUNTERS, SKETCHES, BucketStats
 from monitor.aggregate.outcome import OutcomeRates, cost_per_success
 from monitor.aggregate.series import SeriesKey
 from monitor.aggregate.sketch import LogHistogram, quantile_of
 from monitor.store.checkpoint import GRANULARITIES
+from monitor.store.collector import collector_paused
 from monitor.store.series_ids import series_key_of
 from monitor.store.tables import rollups_table, series_table
 
@@ -166,6 +168,14 @@ class RatioRow(OutcomeRates):
         return (self.bucket_start, *self.series)
 
 
+def _check_layout() -> None:
+    from dataclasses import fields
+
+    names = tuple(f.name for f in fields(RatioRow))
+    if names != _ROW_LAYOUT:  # a field added or moved: ratio_table would mislabel values
+        raise AssertionError(f"RatioRow fields {names} differ from {_ROW_LAYOUT}")
+
+
 def check_range(granularity: str, since: datetime | None, until: datetime | None) -> None:
     if granularity not in GRANULARITIES:
         raise ValueError(f"granularity must be one of {', '.join(GRANULARITIES)}: {granularity!r}")
@@ -197,6 +207,75 @@ def _filtered(
 
 _KEY_COLUMNS = [series_table.c[name] for name in SeriesKey._fields]
 
+# Above this many series a route's rows are read in one pass over the time range rather than
+# one primary-key range per series (each range is a query's round trip).
+PER_SERIES_MAX = 2000
+
+
+def series_of(conn: Connection, route: str | None) -> dict[int, SeriesKey]:
+    """The stored series (of ``route``), by id: read once, so that the rollup rows need not
+    carry their nine key columns each (a route's 30 days of hours repeat each key 720 times)."""
+    s = series_table.c
+    stmt = select(s.id, *_KEY_COLUMNS)
+    if route is not None:
+        stmt = stmt.where(s.route == route)
+    return {row[0]: SeriesKey(*row[1:]) for row in conn.execute(stmt)}
+
+
+def _in_range(columns: Sequence[Any], granularity: str, since: datetime | None,
+              until: datetime | None) -> Select[Any]:
+    check_range(granularity, since, until)
+    r = rollups_table.c
+    stmt = select(r.series_id, r.bucket_start, *columns).where(r.granularity == granularity)
+    if since is not None:
+        stmt = stmt.where(r.bucket_start >= since)
+    if until is not None:
+        stmt = stmt.where(r.bucket_start < until)
+    return stmt
+
+
+def per_series_statement(columns: Sequence[Any], granularity: str, since: datetime | None,
+                         until: datetime | None) -> Select[Any]:
+    """``(series_id, bucket_start, *columns)`` of one series' rows in the range, by start;
+    the series id is the bound parameter ``sid``: a range of the primary key."""
+    r = rollups_table.c
+    return (_in_range(columns, granularity, since, until)
+            .where(r.series_id == bindparam("sid")).order_by(r.bucket_start))
+
+
+def rollup_rows(
+    conn: Connection,
+    columns: Sequence[Any],
+    granularity: str,
+    series: Mapping[int, SeriesKey],
+    route: str | None,
+    since: datetime | None,
+    until: datetime | None,
+) -> Iterator[tuple[SeriesKey, Any]]:
+    """``(series_id, bucket_start, *columns)`` of the rollup rows of ``series`` in the range,
+    each with its series key: for a route, one primary-key range (granularity, series,
+    start) per series, in series order; without one, one pass over the range by the
+    (granularity, start) index. Not sorted across series."""
+    stmt = _in_range(columns, granularity, since, until)
+    if route is None or len(series) > PER_SERIES_MAX:
+        for row in conn.execute(stmt):
+            key = series.get(row[0])
+            if key is not None:
+                yield key, row
+        return
+    # One statement, compiled once (SQLAlchemy caches it by shape), run per series.
+    per_series = per_series_statement(columns, granularity, since, until)
+    for sid in sorted(series):
+        key = series[sid]
+        for row in conn.execute(per_series, {"sid": sid}):
+            yield key, row
+
+
+# RatioRow's fields in the order ratio_table builds them positionally (a keyword call per
+# row builds and unpacks a dict of 34 entries).
+_ROW_LAYOUT = ("bucket_start", "granularity", *SeriesKey._fields, *_RATIO_COUNTERS,
+               "itl_p50_ms", "itl_p99_ms", "price_per_gpu_hour")
+
 
 def ratio_table(
     conn: Connection,
@@ -210,33 +289,38 @@ def ratio_table(
     """Ratio rows, sorted, and per row the stored sketches ``sketches`` (of
     :data:`SKETCHES`) that a table's quantile columns read, in one pass over the rows."""
     _check_sketches(sketches)
+    check_range(granularity, since, until)
     r = rollups_table.c
-    stmt = select(r.bucket_start, *_KEY_COLUMNS, *(r[name] for name in _RATIO_COUNTERS),
-                  r.itl_p50_ms, r.itl_p99_ms, *(r[n].label(f"sketch_{n}") for n in sketches))
-    stmt = _filtered(stmt, granularity, route, since, until)
-    rows = []
-    latency = {}
-    result = conn.execute(stmt)
-    names = tuple(result.keys())  # once, not per row (``Row._asdict`` builds them each time)
-    fields = names[: len(names) - len(sketches)]
-    p50, p99 = names.index("itl_p50_ms"), names.index("itl_p99_ms")
-    for row in result:
-        values = list(row)
-        sketch = values[p50]
-        if sketch:
-            values[p50] = quantile_of(sketch, 0.5)
-        sketch = values[p99]
-        if sketch:
-            values[p99] = quantile_of(sketch, 0.99)
-        ratio = RatioRow(granularity=granularity, price_per_gpu_hour=price_per_gpu_hour,
-                         **dict(zip(fields, values, strict=False)))
-        rows.append(ratio)
+    columns = [*(r[name] for name in _RATIO_COUNTERS), r.itl_p50_ms, r.itl_p99_ms,
+               *(r[n] for n in sketches)]
+    series = series_of(conn, route)
+    # Sorted by key here rather than in SQL: string order must not depend on the server's
+    # collation. Rows sort by (start, rank of their series), never comparing keys per row.
+    rank = {key: i for i, key in enumerate(sorted(series.values()))}
+    n_counters = len(_RATIO_COUNTERS)
+    p50, p99 = 2 + n_counters, 3 + n_counters
+    keyed: list[tuple[datetime, int, RatioRow]] = []
+    latency: dict[tuple[SeriesKey, datetime], Sketches] = {}
+    new = RatioRow
+    for key, row in rollup_rows(conn, columns, granularity, series, route, since, until):
+        start = row[1]
+        sketch = row[p50]
+        itl_p50 = quantile_of(sketch, 0.5) if sketch else sketch
+        sketch = row[p99]
+        itl_p99 = quantile_of(sketch, 0.99) if sketch else sketch
+        keyed.append((start, rank[key], new(start, granularity, *key, *row[2:p50], itl_p50,
+                                            itl_p99, price_per_gpu_hour)))
         if sketches:
-            latency[(ratio.series, ratio.bucket_start)] = Sketches(
-                {n: StoredSketch(v) for n, v in zip(sketches, values[len(fields):], strict=True)})
-    # Sorted here rather than in SQL: string order must not depend on the server's collation.
-    rows.sort(key=RatioRow.sort_key)
-    return rows, latency
+            latency[(key, start)] = Sketches(
+                {n: StoredSketch(v) for n, v in zip(sketches, row[p99 + 1:], strict=True)})
+    keyed.sort(key=_START_AND_RANK)
+    return [t[2] for t in keyed], latency
+
+
+_START_AND_RANK = operator.itemgetter(0, 1)
+
+
+_check_layout()
 
 
 def _check_sketches(names: Sequence[str]) -> None:
@@ -506,16 +590,22 @@ def sketches_for(columns: Iterable[str]) -> tuple[str, ...]:
 
 def _aligned(headings: Sequence[str], numeric: Sequence[bool],
              body: Iterable[Sequence[str]]) -> str:
-    cells = [list(headings), *body]
-    widths = [max(_width(line[i]) for line in cells) for i in range(len(headings))]
-    lines = []
-    for line in cells:
-        parts = []
-        for is_num, cell, w in zip(numeric, line, widths, strict=True):
-            pad = " " * (w - _width(cell))
-            parts.append(pad + cell if is_num else cell + pad)
-        lines.append("  ".join(parts).rstrip())
-    return "\n".join(lines) + "\n"
+    # Column by column: a column of ASCII cells (nearly all of them) is measured and padded
+    # by str's own methods; only a column holding wide or combining characters pays for
+    # measuring each cell in terminal columns.
+    columns = list(zip(*[list(headings), *body], strict=True))
+    padded = []
+    for is_num, column in zip(numeric, columns, strict=True):
+        if "".join(column).isascii():
+            w = max(map(len, column))
+            padded.append([c.rjust(w) for c in column] if is_num else
+                          [c.ljust(w) for c in column])
+            continue
+        widths = [_width(c) for c in column]
+        w = max(widths)
+        padded.append([" " * (w - cw) + c if is_num else c + " " * (w - cw)
+                       for c, cw in zip(column, widths, strict=True)])
+    return "\n".join("  ".join(line).rstrip() for line in zip(*padded, strict=True)) + "\n"
 
 
 def _pair_labels(rows: Iterable[RatioRow]) -> dict[SeriesKey, str]:
@@ -570,7 +660,12 @@ def format_ratios(rows: Iterable[RatioRow], fmt: str, *, columns: Sequence[str] 
     quantile columns read ``latency`` (``Store.buckets`` of the same range) and show ``-``
     for a bucket it lacks.
     """
-    rows = list(rows)
+    with collector_paused():  # every row's cells at once (see monitor/store/collector.py)
+        return _format_ratios(list(rows), fmt, columns, latency)
+
+
+def _format_ratios(rows: list[RatioRow], fmt: str, columns: Sequence[str] | None,
+                   latency: Latency | None) -> str:
     if fmt == "json":
         # One array, one object per line: valid JSON that still diffs and greps by row.
         objs = [

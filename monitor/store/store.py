@@ -22,6 +22,7 @@ from monitor.store import query, writer
 from monitor.store.alerting import AlertingStore
 from monitor.store.changes import read_changes
 from monitor.store.checkpoint import GRANULARITIES, Checkpoint, PartitionState
+from monitor.store.collector import collector_paused
 from monitor.store.db import (
     PG_IO_TIMEOUT_S,
     READ_ONLY,
@@ -294,7 +295,7 @@ class Store:
         """Ratio rows by bucket start, then series; ``since`` inclusive, ``until`` exclusive.
         ``price_per_gpu_hour`` (``cost.price_per_gpu_hour``) prices their
         ``cost_per_success``; without it that is ``None``."""
-        with self._reader.connect() as conn:
+        with collector_paused(), self._reader.connect() as conn:
             return query.ratio_table(conn, granularity, route, since, until,
                                      price_per_gpu_hour)[0]
 
@@ -310,7 +311,7 @@ class Store:
     ) -> tuple[list[RatioRow], dict[tuple[SeriesKey, datetime], query.Sketches]]:
         """:meth:`ratios`, and per row the latency sketches ``sketches`` (``ttft_ms``...)
         that a table's quantile columns read, in one query (``specwatch ratios``)."""
-        with self._reader.connect() as conn:
+        with collector_paused(), self._reader.connect() as conn:
             return query.ratio_table(conn, granularity, route, since, until,
                                      price_per_gpu_hour, sketches)
 
@@ -324,7 +325,7 @@ class Store:
     ) -> dict[SeriesKey, BucketStats]:
         """Per series, the statistics of all its buckets in the range merged into one."""
         out: dict[SeriesKey, BucketStats] = {}
-        with self._reader.connect() as conn:
+        with collector_paused(), self._reader.connect() as conn:
             for key, _start, stats in query.bucket_rows(conn, granularity, route, since, until):
                 acc = out.get(key)
                 if acc is None:
@@ -342,7 +343,7 @@ class Store:
         until: datetime | None = None,
     ) -> dict[tuple[SeriesKey, datetime], BucketStats]:
         """The statistics of each (series, bucket start) in the range."""
-        with self._reader.connect() as conn:
+        with collector_paused(), self._reader.connect() as conn:
             return {
                 (key, start): stats
                 for key, start, stats in query.bucket_rows(conn, granularity, route, since, until)

@@ -317,14 +317,13 @@ def test_sketches_read_only_the_named_sketches_and_make_the_same_table(store: St
 
 
 def test_a_routes_hour_rows_are_read_by_the_primary_key(tmp_path: Path) -> None:
-    """``ratios --route`` on a large store (``bench/ratios.py``): the route's series lead,
-    and their hour rows are a range of the primary key (granularity, series, start),
-    never a pass over every series' rows of the time range. On SQLite only: PostgreSQL's
-    plan is its planner's choice by table size (``bench/ratios.py --db`` prints it)."""
-    from sqlalchemy import select
-
+    """``ratios --route`` on a large store (``bench/ratios.py``): the route's series are read
+    first, then each one's hour rows as a range of the primary key (granularity, series,
+    start), never a pass over every series' rows of the time range. On SQLite only:
+    PostgreSQL's plan is its planner's choice by table size (``bench/ratios.py --db``
+    prints it)."""
     from monitor.store.db import upgrade
-    from monitor.store.query import _filtered
+    from monitor.store.query import per_series_statement
     from monitor.store.tables import rollups_table
 
     url = f"sqlite:///{tmp_path / 'plan.db'}"
@@ -332,10 +331,10 @@ def test_a_routes_hour_rows_are_read_by_the_primary_key(tmp_path: Path) -> None:
     store = Store(url)
     _two_routes(store)
     r = rollups_table.c
-    stmt = _filtered(select(r.bucket_start, r.requests), "hour", "code", at(T0), None)
+    stmt = per_series_statement([r.requests], "hour", at(T0), None)
     with store.engine.connect() as conn:
         conn.exec_driver_sql("ANALYZE")
-        sql = str(stmt.compile(conn, compile_kwargs={"literal_binds": True}))
+        sql = str(stmt.params(sid=1).compile(conn, compile_kwargs={"literal_binds": True}))
         plan = " | ".join(str(row[-1]) for row in conn.exec_driver_sql(
             "EXPLAIN QUERY PLAN " + sql))
     store.close()
