@@ -9,11 +9,12 @@ import json
 import operator
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Select, bindparam, select
+import orjson
+from sqlalchemy import Connection, Select, Text, bindparam, cast, select
 
 from monitor.aggregate.bucket import COUNTERS, FLOATS, OUTCOME_COUNTERS, SKETCHES, BucketStats
 from monitor.aggregate.outcome import OutcomeRates, cost_per_success
@@ -109,15 +110,8 @@ class RatioRow(OutcomeRates):
 
     bucket_start: datetime
     granularity: str
-    route: str
-    target_model: str
-    target_revision: str
-    target_tokenizer: str
-    draft_model: str
-    draft_revision: str
-    draft_tokenizer: str
-    method: str
-    num_speculative_tokens: int
+    # One key object per series, shared by its rows; its nine parts are properties below.
+    series: SeriesKey
     requests: int
     errors: int
     spec_requests: int
@@ -137,9 +131,55 @@ class RatioRow(OutcomeRates):
     gpu_seconds: float = 0.0
     gpu_seconds_sq: float = 0.0
     success_gpu_seconds: float = 0.0
-    itl_p50_ms: float | None = None
-    itl_p99_ms: float | None = None
+    # The ITL sketches as stored (JSON text): decoded only when a quantile is asked for,
+    # which a table without the ITL columns never does.
+    itl_p50_sketch: str | dict[str, Any] | None = field(default=None, repr=False)
+    itl_p99_sketch: str | dict[str, Any] | None = field(default=None, repr=False)
     price_per_gpu_hour: float | None = None
+
+    @property
+    def route(self) -> str:
+        return self.series.route
+
+    @property
+    def target_model(self) -> str:
+        return self.series.target_model
+
+    @property
+    def target_revision(self) -> str:
+        return self.series.target_revision
+
+    @property
+    def target_tokenizer(self) -> str:
+        return self.series.target_tokenizer
+
+    @property
+    def draft_model(self) -> str:
+        return self.series.draft_model
+
+    @property
+    def draft_revision(self) -> str:
+        return self.series.draft_revision
+
+    @property
+    def draft_tokenizer(self) -> str:
+        return self.series.draft_tokenizer
+
+    @property
+    def method(self) -> str:
+        return self.series.method
+
+    @property
+    def num_speculative_tokens(self) -> int:
+        return self.series.num_speculative_tokens
+
+    @property
+    def itl_p50_ms(self) -> float | None:
+        return _stored_quantile(self.itl_p50_sketch, 0.5)
+
+    @property
+    def itl_p99_ms(self) -> float | None:
+        return _stored_quantile(self.itl_p99_sketch, 0.99)
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -157,15 +197,12 @@ class RatioRow(OutcomeRates):
         """1 + accepted / verify_steps; ``None`` without verification steps."""
         return 1.0 + self.accepted_tokens / self.verify_steps if self.verify_steps else None
 
-    @property
-    def series(self) -> SeriesKey:
-        # spelt out: tables ask for it once per row and cell (``series_key_of`` is generic)
-        return SeriesKey(self.route, self.target_model, self.target_revision,
-                         self.target_tokenizer, self.draft_model, self.draft_revision,
-                         self.draft_tokenizer, self.method, self.num_speculative_tokens)
-
     def sort_key(self) -> tuple[Any, ...]:
         return (self.bucket_start, *self.series)
+
+
+def _stored_quantile(stored: str | dict[str, Any] | None, q: float) -> float | None:
+    return quantile_of(orjson.loads(stored) if isinstance(stored, str) else stored, q)
 
 
 def _check_layout() -> None:
@@ -273,8 +310,8 @@ def rollup_rows(
 
 # RatioRow's fields in the order ratio_table builds them positionally (a keyword call per
 # row builds and unpacks a dict of 34 entries).
-_ROW_LAYOUT = ("bucket_start", "granularity", *SeriesKey._fields, *_RATIO_COUNTERS,
-               "itl_p50_ms", "itl_p99_ms", "price_per_gpu_hour")
+_ROW_LAYOUT = ("bucket_start", "granularity", "series", *_RATIO_COUNTERS,
+               "itl_p50_sketch", "itl_p99_sketch", "price_per_gpu_hour")
 
 
 def ratio_table(
@@ -291,25 +328,22 @@ def ratio_table(
     _check_sketches(sketches)
     check_range(granularity, since, until)
     r = rollups_table.c
-    columns = [*(r[name] for name in _RATIO_COUNTERS), r.itl_p50_ms, r.itl_p99_ms,
-               *(r[n] for n in sketches)]
+    # The ITL sketches as text (see RatioRow), the table's sketches decoded.
+    columns = [*(r[name] for name in _RATIO_COUNTERS), cast(r.itl_p50_ms, Text),
+               cast(r.itl_p99_ms, Text), *(r[n] for n in sketches)]
     series = series_of(conn, route)
     # Sorted by key here rather than in SQL: string order must not depend on the server's
     # collation. Rows sort by (start, rank of their series), never comparing keys per row.
     rank = {key: i for i, key in enumerate(sorted(series.values()))}
-    n_counters = len(_RATIO_COUNTERS)
-    p50, p99 = 2 + n_counters, 3 + n_counters
+    p50 = 2 + len(_RATIO_COUNTERS)
+    p99 = p50 + 1
     keyed: list[tuple[datetime, int, RatioRow]] = []
     latency: dict[tuple[SeriesKey, datetime], Sketches] = {}
     new = RatioRow
     for key, row in rollup_rows(conn, columns, granularity, series, route, since, until):
         start = row[1]
-        sketch = row[p50]
-        itl_p50 = quantile_of(sketch, 0.5) if sketch else sketch
-        sketch = row[p99]
-        itl_p99 = quantile_of(sketch, 0.99) if sketch else sketch
-        keyed.append((start, rank[key], new(start, granularity, *key, *row[2:p50], itl_p50,
-                                            itl_p99, price_per_gpu_hour)))
+        keyed.append((start, rank[key], new(start, granularity, key, *row[2:p99 + 1],
+                                            price_per_gpu_hour)))
         if sketches:
             latency[(key, start)] = Sketches(
                 {n: StoredSketch(v) for n, v in zip(sketches, row[p99 + 1:], strict=True)})
@@ -472,8 +506,13 @@ class _Column:
 
 
 def _bucket(row: RatioRow, _: BucketStats | None) -> str:
+    return _bucket_text(row.bucket_start)
+
+
+@functools.lru_cache(maxsize=4096)  # a table's rows share a few hundred bucket starts
+def _bucket_text(start: datetime) -> str:
     # Buckets start on whole minutes; Python reads this form back (--since 2026-11-02T22:00Z).
-    text = rfc3339(row.bucket_start)
+    text = rfc3339(start)
     return text[:-4] + "Z" if text.endswith(":00Z") else text
 
 
