@@ -351,3 +351,24 @@ def test_ratio_table_gives_the_ratios_and_their_sketches_in_one_read(store: Stor
     assert format_ratios(rows, "table", columns=NARROW_COLUMNS, latency=latency) == \
         format_ratios(rows, "table", columns=NARROW_COLUMNS, latency=store.buckets(**span))
     assert store.ratio_table((), **span) == (rows, {})
+
+
+def test_a_stored_sketchs_quantiles_are_its_histograms() -> None:
+    """StoredSketch keeps the running counts between quantiles: each read still equals the
+    decoded histogram's, in any order, zeros and the ends included."""
+    import random
+
+    from monitor.aggregate.sketch import LogHistogram
+    from monitor.store.query import StoredSketch
+
+    rng = random.Random(7)
+    for n in (1, 5, 200):
+        h = LogHistogram()
+        for _ in range(n):
+            h.update(0.0 if rng.random() < 0.2 else rng.lognormvariate(3.0, 1.5))
+        stored = StoredSketch(h.to_json())
+        for q in (0.99, 0.0, 0.5, 0.1, 1.0, 0.5, 0.999):
+            assert stored.quantile(q) == h.quantile(q)
+    assert StoredSketch(None).quantile(0.5) is None
+    with pytest.raises(ValueError):
+        StoredSketch(h.to_json()).quantile(1.5)
