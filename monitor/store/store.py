@@ -148,7 +148,9 @@ class Store:
             with self._ids_lock:
                 known = dict(self._series_ids)
             try:
-                with self.engine.begin() as conn:
+                # The collector paused: a checkpoint over thousands of series builds and
+                # keeps every touched row until it commits (monitor/store/collector.py).
+                with collector_paused(), self.engine.begin() as conn:
                     ids = writer.write_checkpoint(conn, cp, known, state, now)
             except DBAPIError as exc:
                 if attempt == COMMIT_ATTEMPTS or not _retryable(exc):

@@ -107,24 +107,34 @@ def decode_ids(blob: bytes) -> list[tuple[str, float]]:
 def fold(rollups: Mapping[tuple[SeriesKey, int], BucketStats]) -> dict[FoldedKey, BucketStats]:
     """Minute deltas keyed by (granularity, series, bucket start), merged per coarse bucket.
 
-    The caller's objects are never mutated: a checkpoint may be retried as it is.
+    Each level folds the one below it (minutes into hours, hours into days): a day merges
+    one statistics object per hour touched, not one per minute. The caller's objects are
+    never mutated: a checkpoint may be retried as it is.
     """
     out: dict[FoldedKey, BucketStats] = {}
     owned: set[FoldedKey] = set()
-    for (key, ts), stats in rollups.items():
-        ts = int(ts)
-        for gran, size in GRANULARITIES.items():
+
+    def add(k: FoldedKey, stats: BucketStats) -> None:
+        acc = out.get(k)
+        if acc is None:
+            out[k] = stats  # shared until a second delta lands in it
+            return
+        if k not in owned:
+            fresh = BucketStats()
+            fresh.merge(acc)
+            out[k] = acc = fresh
+            owned.add(k)
+        acc.merge(stats)
+
+    level: list[tuple[SeriesKey, int, BucketStats]] = [
+        (key, int(ts), stats) for (key, ts), stats in rollups.items()]
+    for gran, size in GRANULARITIES.items():
+        keys: dict[FoldedKey, None] = {}
+        for key, ts, stats in level:
             k = (gran, key, ts - ts % size)
-            acc = out.get(k)
-            if acc is None:
-                out[k] = stats
-                continue
-            if k not in owned:
-                fresh = BucketStats()
-                fresh.merge(acc)
-                out[k] = acc = fresh
-                owned.add(k)
-            acc.merge(stats)
+            add(k, stats)
+            keys[k] = None
+        level = [(key, start, out[(gran, key, start)]) for gran, key, start in keys]
     return out
 
 
