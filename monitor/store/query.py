@@ -460,6 +460,10 @@ def _text_value(row: RatioRow, name: str) -> str:
 _BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
+# Routes and model names repeat on every row of their series.
+_display_cached = functools.lru_cache(maxsize=4096)(lambda s: _display(s))
+
+
 def _display(s: str) -> str:
     if s.isprintable() and not _BIDI_CONTROLS.intersection(s):
         return s
@@ -582,11 +586,22 @@ def _quantile(heading: str, sketch: str, q: float, spec: str, unit: str = "") ->
 
 
 def _field(name: str, heading: str | None = None) -> _Column:
+    get = operator.attrgetter(name)
+
     def value(row: RatioRow, _: BucketStats | None) -> str:
-        v = getattr(row, name)
+        # The common cell types first, without _text_value's checks: every cell of a long
+        # table comes through here.
+        v = get(row)
+        kind = type(v)
+        if kind is int:
+            return str(v)
+        if kind is float:
+            return f"{v:.3f}"
+        if kind is str:
+            return _display_cached(v)
         if v is None:
             return "-"
-        return f"{v:.3f}" if isinstance(v, float) else _display(_text_value(row, name))
+        return _display(_text_value(row, name))
 
     numeric = name in _RATIO_COUNTERS or name in _DERIVED or name == "num_speculative_tokens"
     return _Column(heading or name, value, numeric=numeric)
