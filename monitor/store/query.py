@@ -24,7 +24,6 @@ from monitor.aggregate.series import SeriesKey
 from monitor.aggregate.sketch import LogHistogram, quantile_of
 from monitor.store.checkpoint import GRANULARITIES
 from monitor.store.collector import collector_paused
-from monitor.store.series_ids import series_key_of
 from monitor.store.tables import rollups_table, series_table
 
 FORMATS = ("table", "json", "csv")
@@ -415,12 +414,15 @@ def bucket_rows(
     since: datetime | None,
     until: datetime | None,
 ) -> Iterator[tuple[SeriesKey, datetime, BucketStats]]:
+    """Each row's statistics, by bucket start, then series id: read as :func:`ratio_table`
+    reads (the series' keys once, a primary-key range per series of a route)."""
     r = rollups_table.c
     values = [r[name] for name in (*COUNTERS, *FLOATS, "per_position", *SKETCHES)]
-    stmt = select(r.bucket_start, *_KEY_COLUMNS, *values)
-    stmt = _filtered(stmt, granularity, route, since, until)
-    for row in conn.execute(stmt.order_by(r.bucket_start, r.series_id)):
-        yield series_key_of(row), row.bucket_start, BucketStats.from_row(row)
+    series = series_of(conn, route)
+    rows = list(rollup_rows(conn, values, granularity, series, route, since, until))
+    rows.sort(key=lambda kr: (kr[1][1], kr[1][0]))
+    for key, row in rows:
+        yield key, row.bucket_start, BucketStats.from_row(row)
 
 
 # --- text formats -------------------------------------------------------------------------
