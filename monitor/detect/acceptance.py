@@ -269,6 +269,7 @@ class OverdispersedCusum(Detector):
         self._cb: list[float] = []
         self._h: list[float] = []
         self._cap: list[float] = []  # see _set_caps
+        self._bank: tuple[np.ndarray, ...] = ()  # ca, cb, cap, h as arrays: see _set_caps
         self._theta: list[float] = []
         self._s: list[float] = []
         self._ex: list[list[float]] = []  # see _EMPTY_EX
@@ -476,17 +477,23 @@ class OverdispersedCusum(Detector):
         :meth:`_add` leaves, bit for bit."""
         if not d:
             return
-        af = np.array(a, dtype=np.float64)
         df = np.array(d, dtype=np.float64)
-        w = 1.0 / (1.0 + (df - 1.0) * self._rho)
-        wa, wd = w * af, w * df
+        self._sum_in(sums, np.array(a, dtype=np.float64), df,
+                     1.0 / (1.0 + (df - 1.0) * self._rho))
+        hist.add_many(list(a), list(d))
+
+    @staticmethod
+    def _sum_in(sums: list[float], a: np.ndarray, d: np.ndarray, w: np.ndarray) -> None:
+        """The sums of :meth:`_add_many` for requests as float arrays (w: their weights)."""
+        if not len(d):
+            return
+        wa, wd = w * a, w * d
         terms = np.empty((_SUMS, len(d) + 1))
         terms[:, 0] = sums
-        for i, column in ((_N, 1.0), (_A, af), (_D, df), (_WA, wa), (_WD, wd),
+        for i, column in ((_N, 1.0), (_A, a), (_D, d), (_WA, wa), (_WD, wd),
                           (_WAA, wa * wa), (_WAD, wa * wd), (_WDD, wd * wd)):
             terms[i, 1:] = column
         sums[:] = np.add.accumulate(terms, axis=1)[:, -1].tolist()
-        hist.add_many(list(a), list(d))
 
     def _rate(self) -> float:
         """Drafted requests per second of event time, over everything seen."""
@@ -545,9 +552,11 @@ class OverdispersedCusum(Detector):
         self._set_caps()
 
     def _set_caps(self) -> None:
-        """Each CUSUM's largest increment, on the grid (derived from ``_h``, not stored)."""
+        """Each CUSUM's largest increment, on the grid (derived from ``_h``, not stored);
+        and the bank's coefficients as arrays, for runs of requests (:meth:`_watch_run`)."""
         m = self.min_requests
         self._cap = [on_grid(h / m) for h in self._h]
+        self._bank = tuple(np.array(v) for v in (self._ca, self._cb, self._cap, self._h))
 
     def _thresholds(
         self,
@@ -662,15 +671,18 @@ class OverdispersedCusum(Detector):
             # update() names the bad request; requests before it count as usual
             self.update(a_in[0], d_in[0], None if ts is None else ts[i])
             return 1
+        ca, cb, cap, h = self._bank
         w = 1.0 / (1.0 + (d - 1.0) * self._rho)
-        b = d - a
-        x = w[:, None] * (a[:, None] * np.array(self._ca) + b[:, None] * np.array(self._cb))
-        cap = np.array(self._cap)
-        x = np.where(x >= cap, cap, np.where(x > _X_FLOOR, (x + _GRID) - _GRID, _X_FLOOR))
+        x = w[:, None] * (a[:, None] * ca + (d - a)[:, None] * cb)
+        # _watch's clip and grid: the cap and the floor are grid points, so rounding every
+        # increment first and clipping after gives the same numbers, in place
+        x += _GRID
+        x -= _GRID
+        np.minimum(x, cap, out=x)
+        np.maximum(x, _X_FLOOR, out=x)
         c = np.cumsum(x, axis=0)
         s0 = np.array(self._s)
         s = c - np.minimum(np.minimum.accumulate(c, axis=0), -s0)
-        h = np.array(self._h)
         hit = (s >= h).any(axis=1)
         alarm_row = int(hit.argmax()) if hit.any() else -1
         last = alarm_row if alarm_row >= 0 else run - 1
@@ -683,10 +695,12 @@ class OverdispersedCusum(Detector):
         self._excursions(s[:taken], s0, a[:taken], d[:taken], t_in, n_before)
         if alarm_row >= 0:
             ratio = np.where(s[alarm_row] >= h, s[alarm_row] / h, -np.inf)
-            self._add_many(self._newer, self._newer_hist, a_in[:alarm_row], d_in[:alarm_row])
+            self._sum_in(self._newer, a[:alarm_row], d[:alarm_row], w[:alarm_row])
+            self._newer_hist.add_many(list(a_in[:alarm_row]), list(d_in[:alarm_row]))
             self._fire(int(ratio.argmax()), None if t_in is None else t_in[-1])
             return taken
-        self._add_many(self._newer, self._newer_hist, a_in[:run - 1], d_in[:run - 1])
+        self._sum_in(self._newer, a[:-1], d[:-1], w[:-1])
+        self._newer_hist.add_many(list(a_in[:-1]), list(d_in[:-1]))
         self._refine(a_in[-1], d_in[-1])  # the run's last request may complete the chunk
         return taken
 
@@ -694,13 +708,16 @@ class OverdispersedCusum(Detector):
                   ts: Sequence[float] | None, i: int) -> int:
         """:meth:`_warm` for the requests from ``i`` up to the one that ends the warm-up
         (which arms the bank) or the last; returns how many were taken."""
-        a_in, d_in = list(accepted[i:]), list(drafted[i:])
-        d = np.array(d_in, dtype=np.int64)
-        a = np.array(a_in, dtype=np.int64)
-        if not (d.min() > 0 and a.min() >= 0 and (a <= d).all()):
+        d = np.array(drafted[i:], dtype=np.int64)
+        a = np.array(accepted[i:], dtype=np.int64)
+        odd = np.flatnonzero((d <= 0) | (a < 0) | (a > d))
+        if odd.size and odd[0] == 0:
             # update() skips or names the odd request; requests before it count as usual
-            self.update(a_in[0], d_in[0], None if ts is None else ts[i])
+            self.update(accepted[i], drafted[i], None if ts is None else ts[i])
             return 1
+        if odd.size:
+            a, d = a[:odd[0]], d[:odd[0]]
+        a_in, d_in = list(accepted[i:i + len(d)]), list(drafted[i:i + len(d)])
         seen = len(self._warm_a) + np.arange(1, len(d) + 1)
         tokens = self._warm_tokens + np.cumsum(d)
         ready = ((seen >= self.warmup_requests) & (tokens >= self.warmup_tokens)) | (

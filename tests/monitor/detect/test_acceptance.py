@@ -329,3 +329,24 @@ def test_request_histogram_sums_are_the_scalar_ones_however_batched(seed: int) -
         assert len(hist) == len(ref.bins)
     restored = RequestHistogram.from_json(json.loads(json.dumps(fast.to_json())))
     assert restored.to_json() == fast.to_json()
+
+
+def test_warm_up_taken_a_run_at_a_time_skips_and_refuses_as_update_does() -> None:
+    """update_many takes the warm-up in runs: requests that drafted nothing are skipped and
+    a bad one is refused where update() would, with the requests before it counted."""
+    rng = np.random.default_rng(11)
+    drafted = [0 if i % 37 == 5 else int(rng.integers(1, 300)) for i in range(900)]
+    accepted = [int(rng.integers(0, d + 1)) for d in drafted]
+    ts = [1.8e9 + 0.1 * i for i in range(900)]
+    params = {"warmup_requests": 300, "warmup_tokens": 0, "arl_requests": 1e4}
+    one, many = OverdispersedCusum(**params), OverdispersedCusum(**params)
+    for a, d, t in zip(accepted, drafted, ts, strict=True):
+        one.update(a, d, t)
+    done = 0
+    while done < len(drafted):
+        done += many.update_many(accepted[done:], drafted[done:], ts[done:])
+    assert json.dumps(many.snapshot()) == json.dumps(one.snapshot())
+    bad = OverdispersedCusum(**params)
+    with pytest.raises(ValueError, match="accepted <= drafted"):
+        bad.update_many([*accepted[:100], 7], [*drafted[:100], 3], ts[:101])
+    assert bad.evidence()["requests"] == sum(d > 0 for d in drafted[:100])
