@@ -44,6 +44,24 @@ def _root_close(got: float, want: float, x: np.ndarray, w: np.ndarray | None) ->
 
 # -- thresholds --------------------------------------------------------------------------------
 
+
+def _same_threshold(got: float, want: float, arl: float, drifts: list[float],
+                    thetas: list[float], weights: list[float]) -> bool:
+    """Equal to 1e-9 relative; or both ends of a stretch of h where the false-alarm rate
+    sits on the target to rounding (at an ARL of a few requests a hypothesis' rate can
+    saturate, so "the smallest h" is any h of the stretch; seen at arl=2)."""
+    if _close(got, want):
+        return True
+
+    def off_target(h: float) -> float:
+        rate = sum(w / fast.siegmund_arl(h, d, t)
+                   for d, t, w in zip(drifts, thetas, weights, strict=True) if w > 0.0)
+        return abs(rate * arl - 1.0)
+
+    lo, hi = sorted((got, want))
+    return all(off_target(h) <= 1e-12 for h in np.linspace(lo, hi, 17))
+
+
 _hypothesis = st.tuples(st.floats(1e-5, 5.0), st.floats(0.02, 8.0), st.floats(0.0, 1.0))
 
 
@@ -60,7 +78,8 @@ def test_threshold_for_rate_matches(arl: float, hyps: list[tuple[float, float, f
     total = sum(weights)
     weights = [w / total for w in weights]
     want = ref.threshold_for_rate(arl, drifts, thetas, weights)
-    assert _close(fast.threshold_for_rate(arl, drifts, thetas, weights), want)
+    got = fast.threshold_for_rate(arl, drifts, thetas, weights)
+    assert _same_threshold(got, want, arl, drifts, thetas, weights)
 
 
 @settings(max_examples=100, deadline=None)
@@ -73,9 +92,8 @@ def test_thresholds_for_rate_rows_are_the_scalar_ones(
     weights = np.array([0.2, 0.5, 0.3])
     got = fast.thresholds_for_rate(arl, drifts, thetas, weights)
     for k in range(len(rows)):
-        want = ref.threshold_for_rate(arl, drifts[k].tolist(), thetas[k].tolist(),
-                                      weights.tolist())
-        assert _close(float(got[k]), want)
+        args = (arl, drifts[k].tolist(), thetas[k].tolist(), weights.tolist())
+        assert _same_threshold(float(got[k]), ref.threshold_for_rate(*args), *args)
 
 
 def test_threshold_edges() -> None:
