@@ -17,10 +17,11 @@ of it and every free page inside it), so resident memory settles at the highest 
 not at the live heap (``bench/soak.py``'s memory per series). ``malloc_trim`` returns the
 free pages; elsewhere than glibc this does nothing.
 
-**A checkpoint.** It builds rows, snapshots and statements by the hundred thousand that all
-die together at its end, by reference counting; a collection in between walks them for
-nothing (at 10,000 series, 2.7 of 41 CPU s of a replay went to collections inside
-checkpoints). :func:`collector_paused` holds the collector off for that stretch.
+**A checkpoint, a large read.** They build rows, snapshots, statements and decoded
+sketches by the hundred thousand that all die together at their end, by reference
+counting; a collection in between walks them for nothing (at 10,000 series, 2.7 of 41 CPU s
+of a replay went to collections inside checkpoints; a route's 30-day table spent a third of
+its CPU so). :func:`collector_paused` holds the collector off for that stretch.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -90,22 +92,38 @@ def settle(young: int = YOUNG_OBJECTS) -> None:
     gc.set_threshold(young, middle, old)
 
 
+# Pauses nest and several threads may hold one at once (a checkpoint on the poll thread, a
+# store read on the scrape thread): the collector comes back when the last one leaves, and
+# only if it was on when the first began (a process that turned it off keeps it off).
+_pause_lock = threading.Lock()
+_pause_depth = 0
+_was_enabled = False
+
+
 @contextmanager
 def collector_paused() -> Iterator[None]:
     """No cyclic collection inside the block (reference counting still frees); the
-    collector's previous state afterwards.
+    collector as it was once the last pause of any thread ends.
 
     >>> import gc
     >>> with collector_paused():
+    ...     with collector_paused():
+    ...         pass
     ...     gc.isenabled()
     False
     >>> gc.isenabled()
     True
     """
-    was_enabled = gc.isenabled()
-    gc.disable()
+    global _pause_depth, _was_enabled
+    with _pause_lock:
+        if _pause_depth == 0:
+            _was_enabled = gc.isenabled()
+            gc.disable()
+        _pause_depth += 1
     try:
         yield
     finally:
-        if was_enabled:
-            gc.enable()
+        with _pause_lock:
+            _pause_depth -= 1
+            if _pause_depth == 0 and _was_enabled:
+                gc.enable()

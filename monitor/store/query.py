@@ -23,7 +23,7 @@ from monitor.aggregate.outcome import OutcomeRates, cost_per_success
 from monitor.aggregate.series import SeriesKey
 from monitor.aggregate.sketch import LogHistogram, quantile_of
 from monitor.store.checkpoint import GRANULARITIES
-from monitor.store.collector import collector_paused
+from monitor.heap import collector_paused
 from monitor.store.tables import rollups_table, series_table
 
 FORMATS = ("table", "json", "csv")
@@ -733,7 +733,7 @@ def format_ratios(rows: Iterable[RatioRow], fmt: str, *, columns: Sequence[str] 
     quantile columns read ``latency`` (``Store.buckets`` of the same range) and show ``-``
     for a bucket it lacks.
     """
-    with collector_paused():  # every row's cells at once (see monitor/store/collector.py)
+    with collector_paused():  # every row's cells at once (see monitor/heap.py)
         return _format_ratios(list(rows), fmt, columns, latency)
 
 

@@ -22,7 +22,7 @@ from monitor.store import query, writer
 from monitor.store.alerting import AlertingStore
 from monitor.store.changes import read_changes
 from monitor.store.checkpoint import GRANULARITIES, Checkpoint, PartitionState
-from monitor.store.collector import collector_paused
+from monitor.heap import collector_paused
 from monitor.store.db import (
     PG_IO_TIMEOUT_S,
     READ_ONLY,
@@ -149,7 +149,7 @@ class Store:
                 known = dict(self._series_ids)
             try:
                 # The collector paused: a checkpoint over thousands of series builds and
-                # keeps every touched row until it commits (monitor/store/collector.py).
+                # keeps every touched row until it commits (monitor/heap.py).
                 with collector_paused(), self.engine.begin() as conn:
                     ids = writer.write_checkpoint(conn, cp, known, state, now)
             except DBAPIError as exc:
