@@ -11,8 +11,8 @@ generation (``gc.freeze``) and lets the youngest generation grow larger before i
 collected: cycles are still collected, only less often. Reference counting frees
 everything else as before.
 
-**The heap.** A checkpoint over thousands of series builds, for a moment, every touched row, snapshot and
-JSON text at once; freed, those blocks stay in the C allocator's heap (glibc keeps the top
+**The heap.** A checkpoint over thousands of series builds, for a moment, every touched row,
+snapshot and JSON text at once; freed, those blocks stay in the C allocator's heap (glibc keeps the top
 of it and every free page inside it), so resident memory settles at the highest peak and
 not at the live heap (``bench/soak.py``'s memory per series). ``malloc_trim`` returns the
 free pages; elsewhere than glibc this does nothing.
