@@ -22,8 +22,8 @@ from monitor.aggregate.bucket import COUNTERS, FLOATS, OUTCOME_COUNTERS, SKETCHE
 from monitor.aggregate.outcome import OutcomeRates, cost_per_success
 from monitor.aggregate.series import SeriesKey
 from monitor.aggregate.sketch import LogHistogram, quantile_of
-from monitor.store.checkpoint import GRANULARITIES
 from monitor.heap import collector_paused
+from monitor.store.checkpoint import GRANULARITIES
 from monitor.store.tables import rollups_table, series_table
 
 FORMATS = ("table", "json", "csv")

@@ -17,12 +17,12 @@ from monitor.aggregate.bucket import BucketStats
 from monitor.aggregate.series import SeriesKey
 from monitor.alert_record import AlertRecord
 from monitor.change_record import ChangeRecord
+from monitor.heap import collector_paused
 from monitor.policy.slices import SliceRecord
 from monitor.store import query, writer
 from monitor.store.alerting import AlertingStore
 from monitor.store.changes import read_changes
 from monitor.store.checkpoint import GRANULARITIES, Checkpoint, PartitionState
-from monitor.heap import collector_paused
 from monitor.store.db import (
     PG_IO_TIMEOUT_S,
     READ_ONLY,
