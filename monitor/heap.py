@@ -12,10 +12,10 @@ collected: cycles are still collected, only less often. Reference counting frees
 everything else as before.
 
 **The heap.** A checkpoint over thousands of series builds, for a moment, every touched row,
-snapshot and JSON text at once; freed, those blocks stay in the C allocator's heap (glibc keeps the top
-of it and every free page inside it), so resident memory settles at the highest peak and
-not at the live heap (``bench/soak.py``'s memory per series). ``malloc_trim`` returns the
-free pages; elsewhere than glibc this does nothing.
+snapshot and JSON text at once; freed, those blocks stay in the C allocator's heap (glibc
+keeps the top of it and every free page inside it), so resident memory settles at the
+highest peak and not at the live heap (``bench/soak.py``'s memory per series).
+``malloc_trim`` returns the free pages; elsewhere than glibc this does nothing.
 
 **A checkpoint, a large read.** They build rows, snapshots, statements and decoded
 sketches by the hundred thousand that all die together at their end, by reference
