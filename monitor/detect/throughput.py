@@ -417,6 +417,195 @@ class ThroughputMonitor(ConditionDetector):
                         i += 1
         self._decide()
 
+    def update_many(self, events: Sequence[Event]) -> int:
+        """Feed events in order until one flips the state; returns how many were taken.
+
+        Exactly what calling :meth:`update` on each would do (a property test holds the two
+        equal, snapshot bytes included): the caller reads ``changed``/``firing``/``evidence``
+        after each call, as after :meth:`update`, and calls again with the rest. The warm-up
+        goes as one loop; after it, each run of events in the window's newest bucket is
+        counted in locals and added to the window once, and :meth:`_decide` is called only
+        where it could flip the state (see :meth:`_watch_many`).
+        """
+        n = len(events)
+        i = 0
+        while i < n:
+            if self._norm is None:
+                i = self._warm_many(events, i)
+            elif self._firing:
+                self.update(events[i])  # short-lived: while an alert is open, one by one
+                i += 1
+            else:
+                i = self._watch_many(events, i)
+            if self.changed:
+                break
+        return i
+
+    def _warm_many(self, events: Sequence[Event], i: int) -> int:
+        """:meth:`update`'s warm-up for ``events`` from ``i`` up to the fit; the next index."""
+        self.changed = False
+        start = self._warm_start
+        count, errors, requests = self._warm_events, self._warm_errors, self._warm_tput
+        add = self._sample.add
+        warmup, min_baseline = self.warmup, self.min_baseline
+        n = len(events)
+        try:
+            while i < n:
+                e = events[i]
+                ts = e.ts
+                if start is None:
+                    start = self._warm_start = ts
+                count += 1
+                if e.status != "ok":
+                    errors += 1
+                else:
+                    tput = e.decode_throughput
+                    if tput is not None and tput <= 0.0:
+                        tput = None
+                    if tput is not None:
+                        requests += 1
+                        batch = e.batch_size
+                        add((0 if batch is None else int(batch), tput))
+                i += 1
+                if ts - start >= warmup and requests >= min_baseline:
+                    break
+            else:
+                return i
+        finally:  # also when an event raises: the ones before it count, as with update()
+            self._warm_events, self._warm_errors, self._warm_tput = count, errors, requests
+        self._fit(events[i - 1].ts)
+        return i
+
+    def _room(self, k: float, n: float, q: float, quick: float) -> int:
+        """How many more requests under the threshold of quantile ``q`` the window's count
+        ``k`` of ``n`` can take and stay surely not significant (-1: not even now).
+
+        The count in ``d = k - n q`` moves up by ``1 - q`` with a request under the threshold
+        and down by ``q`` with one above, while ``n`` only grows (no bucket expires within a
+        run), so after ``j`` more requests under it ``d`` is at most ``d + j (1 - q)``. While
+        that is at most ``sqrt(quick n)`` (this ``n``: it only grows), ``d^2 <= quick n`` holds
+        at every request in between, which is :meth:`_decide`'s own first pre-test: the count
+        is surely not significant (``binom_sf`` is at least twice the level, see
+        :func:`_skip_z2`; the rounding of this sum is far inside that factor).
+        """
+        d = k - n * q
+        bound = math.sqrt(quick * n)
+        if d > bound:
+            return -1
+        return int((bound - d) / (1.0 - q))
+
+    def _significant(self, k: float, n: float, q: float, quick: float) -> bool:
+        """Whether :meth:`_decide` finds ``k`` of ``n`` significant for quantile ``q`` (its
+        own tests, in its order: the same answer by construction)."""
+        d = k - n * q
+        if d <= 0.0 or d * d <= quick * n or _surely_not_below(k, n, q, self._level):
+            return False
+        return binom_sf(k, n, q) < self._level
+
+    def _watch_many(self, events: Sequence[Event], i: int) -> int:
+        """:meth:`update` for ``events`` from ``i``, not firing, after the warm-up: the first
+        event alone, then the run of those in the same (newest) bucket at once; stops after
+        a flip, or where the decision may flip on every event. Returns the next index.
+
+        :meth:`_decide` flips the state only when ``n >= min_requests`` and some quantile's
+        count is significant (the error gate can only hold a firing back). Within the run no
+        bucket expires: ``n`` and the counts only grow, and a request that leaves every count
+        but ``n`` the same cannot make one significant (the binomial tail ``P(X >= k)`` grows
+        with ``n``). So a quantile needs looking at only when its count rises beyond its
+        :meth:`_room`, or, when it has none, on each request (as :meth:`_decide` would); an
+        event without a throughput moves no count. The event at which a count is significant
+        is the last of the run: with it counted, :meth:`_decide` runs as after ``update``.
+        """
+        self.update(events[i])  # it may open a bucket (expiry moves counts both ways) or be late
+        i += 1
+        n_events = len(events)
+        ring = self._ring
+        head = ring.head
+        if self.changed or head is None or i == n_events:
+            return i
+        sums = ring.sums
+        n = sums[_TPUT]
+        quantiles, skips = self.quantiles, self._skips
+        min_requests = self.min_requests
+        rooms = []
+        for j, (q, quick) in enumerate(skips):
+            room = self._room(sums[_FIXED + j], n, q, quick)
+            if room < 0 and n >= min_requests and self._significant(sums[_FIXED + j], n, q, quick):
+                return i  # the error gate decides event by event: update() does
+            rooms.append(room)
+        tight = min(rooms) < 0
+        counts = [0] * len(quantiles)
+        assert self._norm is not None
+        beta, ref_batch, top, thresholds = self._norm
+        width = ring.bucket
+        lo, hi = float(head), float(head + 1)
+        first = i
+        taken = errors = requests = 0
+        values: list[float] = []
+        decide = False
+        try:
+            while i < n_events:
+                e = events[i]
+                if not lo <= e.ts / width < hi:
+                    break  # another bucket: the next call's first event
+                ok = e.status == "ok"
+                tput = e.decode_throughput if ok else None
+                if tput is not None and tput <= 0.0:
+                    tput = None
+                i += 1
+                taken += 1
+                if tput is None:
+                    if not ok:
+                        errors += 1
+                    continue
+                batch = e.batch_size
+                x = tput * (1.0 + beta * ((ref_batch if batch is None else batch) - 1))
+                values.append(x)
+                requests += 1
+                if x < top:
+                    j = 0
+                    for threshold in thresholds:
+                        if x < threshold:
+                            counts[j] += 1
+                            rooms[j] -= 1
+                            if rooms[j] < 0:
+                                tight = True
+                        j += 1
+                if tight and n + requests >= min_requests:
+                    tight = False
+                    n_now = n + requests
+                    for j, (q, quick) in enumerate(skips):
+                        if rooms[j] >= 0:
+                            continue
+                        k = sums[_FIXED + j] + counts[j]
+                        room = self._room(k, n_now, q, quick)
+                        if room < 0:
+                            tight = True
+                            if self._significant(k, n_now, q, quick):
+                                decide = True
+                                return i
+                        rooms[j] = room
+            return i
+        finally:  # also when an event raises: the ones before it count, as with update()
+            if taken:
+                slot = ring.slot(events[first].ts)
+                assert slot is not None  # the newest bucket
+                slot[_EVENTS] += taken
+                sums[_EVENTS] += taken
+                if errors:
+                    slot[_ERRORS] += errors
+                    sums[_ERRORS] += errors
+                if requests:
+                    slot[_TPUT] += requests
+                    sums[_TPUT] += requests
+                    for j, c in enumerate(counts):
+                        if c:
+                            slot[_FIXED + j] += c
+                            sums[_FIXED + j] += c
+                    self._hist.add_many(events[first].ts, values)
+                if decide:
+                    self._decide()
+
     def _fit(self, ts: float) -> None:
         pairs = self._sample.items
         with_batch = [(float(b), x) for b, x in pairs if b > 0]

@@ -22,6 +22,7 @@ the same order): :class:`SlidingHistogram` bins its newest bucket's values in bu
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = ["BucketRing", "SlidingHistogram", "ThinnedSample", "bucket_count"]
@@ -361,6 +362,41 @@ class SlidingHistogram:
         for t in below:
             if key < t:
                 below[t] += 1
+        return True
+
+    def add_many(self, ts: float, values: Sequence[float]) -> bool:
+        """:meth:`add` of each of ``values`` at event time ``ts``, in order; False (none
+        counted) if ``ts`` is too old.
+
+        Only the bucket of ``ts`` matters to :meth:`add`, so this is also the way to count the
+        values of events that all fall in one bucket. Into the newest bucket, untracked, the
+        values join the pending list at once: they are binned in the same order either way,
+        so the bins and the snapshot are those of one add per value.
+
+        >>> one, many = SlidingHistogram(120, 60), SlidingHistogram(120, 60)
+        >>> for v in (3.0, 1.0, 2.0):
+        ...     _ = one.add(61.0, v)
+        >>> many.add_many(61.5, [3.0, 1.0, 2.0]), many.snapshot() == one.snapshot()
+        (True, True)
+        """
+        if not values:
+            return True
+        start = 0
+        q = ts / self.bucket
+        if self._cur is None or not self._lo <= q < self._hi:
+            # a new bucket, a late bucket or the newest one's first value: as add() does it
+            if not self.add(ts, values[0]):
+                return False
+            start = 1
+        if self._below or not self._lo <= q < self._hi:
+            for value in values[start:]:  # binned on arrival: tracked counts, or a late bucket
+                self.add(ts, value)
+            return True
+        self.count += len(values) - start
+        pending = self._pending
+        pending.extend(values[start:] if start else values)
+        if len(pending) >= _BIN_EVERY:
+            self._bin_pending()  # bounds the memory the values hold, as add() does
         return True
 
     def count_below(self, key: int) -> int:
