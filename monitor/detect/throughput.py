@@ -425,7 +425,7 @@ class ThroughputMonitor(ConditionDetector):
         after each call, as after :meth:`update`, and calls again with the rest. The warm-up
         goes as one loop; after it, each run of events in the window's newest bucket is
         counted in locals and added to the window once, and :meth:`_decide` is called only
-        where it could flip the state (see :meth:`_watch_many`).
+        where it could flip the state (see :meth:`_watch_many` and :meth:`_firing_many`).
         """
         n = len(events)
         i = 0
@@ -433,8 +433,7 @@ class ThroughputMonitor(ConditionDetector):
             if self._norm is None:
                 i = self._warm_many(events, i)
             elif self._firing:
-                self.update(events[i])  # short-lived: while an alert is open, one by one
-                i += 1
+                i = self._firing_many(events, i)
             else:
                 i = self._watch_many(events, i)
             if self.changed:
@@ -540,28 +539,29 @@ class ThroughputMonitor(ConditionDetector):
         width = ring.bucket
         lo, hi = float(head), float(head + 1)
         first = i
-        taken = errors = requests = 0
+        errors = 0
+        n_now = n  # the window's n after each request of the run
         values: list[float] = []
+        append = values.append
         decide = False
         try:
             while i < n_events:
                 e = events[i]
                 if not lo <= e.ts / width < hi:
                     break  # another bucket: the next call's first event
-                ok = e.status == "ok"
-                tput = e.decode_throughput if ok else None
-                if tput is not None and tput <= 0.0:
-                    tput = None
-                i += 1
-                taken += 1
-                if tput is None:
-                    if not ok:
-                        errors += 1
+                if e.status != "ok":
+                    errors += 1
+                    i += 1
+                    continue
+                tput = e.decode_throughput
+                if tput is None or tput <= 0.0:
+                    i += 1
                     continue
                 batch = e.batch_size
                 x = tput * (1.0 + beta * ((ref_batch if batch is None else batch) - 1))
-                values.append(x)
-                requests += 1
+                i += 1  # counted from here on (update() raises before counting, too)
+                append(x)
+                n_now += 1
                 if x < top:
                     j = 0
                     for threshold in thresholds:
@@ -571,9 +571,8 @@ class ThroughputMonitor(ConditionDetector):
                             if rooms[j] < 0:
                                 tight = True
                         j += 1
-                if tight and n + requests >= min_requests:
+                if tight and n_now >= min_requests:
                     tight = False
-                    n_now = n + requests
                     for j, (q, quick) in enumerate(skips):
                         if rooms[j] >= 0:
                             continue
@@ -587,24 +586,115 @@ class ThroughputMonitor(ConditionDetector):
                         rooms[j] = room
             return i
         finally:  # also when an event raises: the ones before it count, as with update()
-            if taken:
-                slot = ring.slot(events[first].ts)
-                assert slot is not None  # the newest bucket
-                slot[_EVENTS] += taken
-                sums[_EVENTS] += taken
-                if errors:
-                    slot[_ERRORS] += errors
-                    sums[_ERRORS] += errors
-                if requests:
-                    slot[_TPUT] += requests
-                    sums[_TPUT] += requests
-                    for j, c in enumerate(counts):
-                        if c:
-                            slot[_FIXED + j] += c
-                            sums[_FIXED + j] += c
-                    self._hist.add_many(events[first].ts, values)
-                if decide:
-                    self._decide()
+            self._add_run(events, first, i, errors, counts, values)
+            if decide:
+                self._decide()
+
+    def _firing_many(self, events: Sequence[Event], i: int) -> int:
+        """:meth:`update` for ``events`` from ``i`` while firing, as :meth:`_watch_many`: the
+        first event alone, then the run in its bucket at once. Returns the next index.
+
+        :meth:`_decide` resolves when ``n >= min_requests`` and every quantile's count of
+        window values in bins under its resolve bin is at most ``q (count - 1)``. Those counts
+        are kept here per request, with the same comparisons, so the run stops exactly at the
+        request that resolves; an event without a throughput changes none of them.
+        """
+        self.update(events[i])  # it may open a bucket (expiry moves counts both ways) or be late
+        i += 1
+        n_events = len(events)
+        ring, h = self._ring, self._hist
+        head = ring.head
+        if self.changed or head is None or i == n_events:
+            return i
+        keys = self._resolve_keys
+        if keys is None:
+            keys = self._resolve_keys = self._first_resolving_keys()
+        sums = ring.sums
+        n_now = sums[_TPUT]
+        count = h.count
+        below = [h.count_below(key) for key in keys]  # tracked from here, as _decide does
+        checks = list(zip(self.quantiles, keys, strict=True))
+        min_requests = self.min_requests
+        assert self._norm is not None
+        beta, ref_batch, top, thresholds = self._norm
+        width = ring.bucket
+        lo, hi = float(head), float(head + 1)
+        key_of = h.key
+        counts = [0] * len(thresholds)
+        first = i
+        errors = 0
+        values: list[float] = []
+        append = values.append
+        decide = False
+        try:
+            while i < n_events:
+                e = events[i]
+                if not lo <= e.ts / width < hi:
+                    break  # another bucket: the next call's first event
+                if e.status != "ok":
+                    errors += 1
+                    i += 1
+                    continue
+                tput = e.decode_throughput
+                if tput is None or tput <= 0.0:
+                    i += 1
+                    continue
+                batch = e.batch_size
+                x = tput * (1.0 + beta * ((ref_batch if batch is None else batch) - 1))
+                i += 1  # counted from here on (update() raises before counting, too)
+                append(x)
+                n_now += 1
+                if x < top:
+                    j = 0
+                    for threshold in thresholds:
+                        if x < threshold:
+                            counts[j] += 1
+                        j += 1
+                count += 1
+                key = key_of(x)
+                resolved = n_now >= min_requests
+                j = 0
+                for q, resolve_key in checks:
+                    if key < resolve_key:
+                        below[j] += 1
+                    if below[j] > q * (count - 1):
+                        resolved = False
+                    j += 1
+                if resolved:
+                    decide = True
+                    return i
+            return i
+        finally:  # also when an event raises: the ones before it count, as with update()
+            self._add_run(events, first, i, errors, counts, values)
+            if decide:
+                self._decide()
+
+    def _add_run(self, events: Sequence[Event], first: int, end: int, errors: int,
+                 counts: list[int], values: list[float]) -> None:
+        """Add the run ``events[first:end]`` of the window's newest bucket to the window: its
+        errors, its counts under each threshold, its normalised throughputs in order."""
+        if end == first:
+            return
+        ring = self._ring
+        sums = ring.sums
+        slot = ring.slot(events[first].ts)
+        assert slot is not None  # the newest bucket
+        # integer counts: one addition of the run's total is the same as one per event
+        taken = end - first
+        slot[_EVENTS] += taken
+        sums[_EVENTS] += taken
+        if errors:
+            slot[_ERRORS] += errors
+            sums[_ERRORS] += errors
+        if values:
+            requests = len(values)
+            slot[_TPUT] += requests
+            sums[_TPUT] += requests
+            for j, c in enumerate(counts):
+                if c:
+                    slot[_FIXED + j] += c
+                    sums[_FIXED + j] += c
+            self._hist.add_many(events[first].ts, values)
 
     def _fit(self, ts: float) -> None:
         pairs = self._sample.items

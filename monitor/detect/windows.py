@@ -309,9 +309,10 @@ class SlidingHistogram:
             b = self._cur
             assert b is not None
             inv = self._inv_log_gamma
+            log, ceil, get = math.log, math.ceil, b.get  # every value of every bucket: locals
             for value in pending:
-                key = _ZERO_KEY if value <= 0.0 else math.ceil(math.log(value) * inv)
-                b[key] = b.get(key, 0) + 1
+                key = _ZERO_KEY if value <= 0.0 else ceil(log(value) * inv)
+                b[key] = get(key, 0) + 1
             pending.clear()
             self._bins = None
 
