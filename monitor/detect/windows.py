@@ -389,13 +389,31 @@ class SlidingHistogram:
             if not self.add(ts, values[0]):
                 return False
             start = 1
-        if self._below or not self._lo <= q < self._hi:
-            for value in values[start:]:  # binned on arrival: tracked counts, or a late bucket
+        if not self._lo <= q < self._hi:
+            for value in values[start:]:  # a late bucket: binned on arrival
                 self.add(ts, value)
             return True
-        self.count += len(values) - start
+        rest = values[start:] if start else values
+        if not rest:
+            return True
+        self.count += len(rest)
+        below = self._below
+        if below:
+            # tracked counts to move: binned on arrival, as add() does
+            b = self._cur
+            assert b is not None
+            inv = self._inv_log_gamma
+            log, ceil, get = math.log, math.ceil, b.get
+            for value in rest:
+                key = _ZERO_KEY if value <= 0.0 else ceil(log(value) * inv)
+                b[key] = get(key, 0) + 1
+                for t in below:
+                    if key < t:
+                        below[t] += 1
+            self._bins = None
+            return True
         pending = self._pending
-        pending.extend(values[start:] if start else values)
+        pending.extend(rest)
         if len(pending) >= _BIN_EVERY:
             self._bin_pending()  # bounds the memory the values hold, as add() does
         return True

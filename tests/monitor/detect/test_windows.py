@@ -178,6 +178,36 @@ def test_histogram_restores_mid_stream(events, cut) -> None:
     assert a.quantile(0.3) == b.quantile(0.3) and a.snapshot() == b.snapshot()
 
 
+@settings(max_examples=50)
+@given(streams(max_size=600), st.lists(st.integers(1, 700), min_size=1, max_size=4),
+       st.booleans())
+def test_histogram_add_many_equals_add(events, sizes, track) -> None:
+    """Runs of values of one bucket (as ``ThroughputMonitor.update_many`` makes them) added at
+    once: the same counts, bins, tracked counts and snapshot as one add per value."""
+    one, many = SlidingHistogram(WINDOW, BUCKET), SlidingHistogram(WINDOW, BUCKET)
+    probe = one.key(20.0)
+    if track:
+        one.count_below(probe)
+        many.count_below(probe)
+    for ts, a, b in events:
+        one.add(ts, a + b / 10.0)
+    runs: list[tuple[float, list[float]]] = []
+    call = 0
+    for ts, a, b in events:  # consecutive values of one bucket, at most sizes[...] per run
+        if (runs and math.floor(runs[-1][0] / BUCKET) == math.floor(ts / BUCKET)
+                and len(runs[-1][1]) < sizes[call % len(sizes)]):
+            runs[-1][1].append(a + b / 10.0)
+        else:
+            call += 1
+            runs.append((ts, [a + b / 10.0]))
+    for ts, values in runs:
+        many.add_many(ts, values)
+    assert many.add_many(0.0, []) and many.add_many(-1e9, [1.0]) is False
+    assert many.count == one.count and many.bins() == one.bins()
+    assert many.count_below(probe) == one.count_below(probe)
+    assert many.snapshot() == one.snapshot()
+
+
 def test_histogram_tracking_follows_expiry_and_untrack() -> None:
     h = SlidingHistogram(WINDOW, BUCKET)
     low = h.key(10.0)
