@@ -479,19 +479,22 @@ class ThroughputMonitor(ConditionDetector):
         """How many more requests under the threshold of quantile ``q`` the window's count
         ``k`` of ``n`` can take and stay surely not significant (-1: not even now).
 
-        The count in ``d = k - n q`` moves up by ``1 - q`` with a request under the threshold
-        and down by ``q`` with one above, while ``n`` only grows (no bucket expires within a
-        run), so after ``j`` more requests under it ``d`` is at most ``d + j (1 - q)``. While
-        that is at most ``sqrt(quick n)`` (this ``n``: it only grows), ``d^2 <= quick n`` holds
-        at every request in between, which is :meth:`_decide`'s own first pre-test: the count
-        is surely not significant (``binom_sf`` is at least twice the level, see
-        :func:`_skip_z2`; the rounding of this sum is far inside that factor).
+        ``d = k - n q`` moves up by ``1 - q`` with a request under the threshold and down by
+        ``q`` with one above, and ``n`` only grows (no bucket expires within a run): after
+        ``j`` more requests under it, ``d`` is at most ``d + j (1 - q)``. While that is at most
+        ``sqrt(quick n)`` with this ``n``, ``d <= 0 or d^2 <= quick n`` holds at every request
+        in between, :meth:`_decide`'s own first pre-tests: then ``binom_sf`` is at least twice
+        the level (``d <= 0``: ``k`` is at most the median, the tail at least 1/2; else
+        KL <= chi-square and the bound of :func:`_surely_not_below` at :func:`_skip_z2`).
+        ``quick <= 0`` (a level of 1/4 or more) leaves only ``d <= 0``, whose tail of 1/2 is
+        above any level. The room is shorter by 1e-9 than the exact one: far more than this
+        arithmetic's rounding, so that the bound holds in exact arithmetic too.
         """
         d = k - n * q
-        bound = math.sqrt(quick * n)
+        bound = math.sqrt(quick * n) if quick > 0.0 else 0.0
         if d > bound:
             return -1
-        return int((bound - d) / (1.0 - q))
+        return max(0, int((bound - d) / (1.0 - q) - 1e-9))
 
     def _significant(self, k: float, n: float, q: float, quick: float) -> bool:
         """Whether :meth:`_decide` finds ``k`` of ``n`` significant for quantile ``q`` (its
@@ -508,12 +511,13 @@ class ThroughputMonitor(ConditionDetector):
 
         :meth:`_decide` flips the state only when ``n >= min_requests`` and some quantile's
         count is significant (the error gate can only hold a firing back). Within the run no
-        bucket expires: ``n`` and the counts only grow, and a request that leaves every count
-        but ``n`` the same cannot make one significant (the binomial tail ``P(X >= k)`` grows
-        with ``n``). So a quantile needs looking at only when its count rises beyond its
-        :meth:`_room`, or, when it has none, on each request (as :meth:`_decide` would); an
-        event without a throughput moves no count. The event at which a count is significant
-        is the last of the run: with it counted, :meth:`_decide` runs as after ``update``.
+        bucket expires, so ``n`` and the counts only grow. A quantile with room
+        (:meth:`_room`) is surely not significant until its count has risen by more than that;
+        one without is asked :meth:`_decide`'s own questions at each request
+        (:meth:`_significant`). An event without a throughput moves neither ``n`` nor a count:
+        the answer stays that of the request before. The run ends with the request at which a
+        count is significant; with it counted, :meth:`_decide` runs as after ``update`` (and
+        the gate, which moves with every event, has the following events one by one).
         """
         self.update(events[i])  # it may open a bucket (expiry moves counts both ways) or be late
         i += 1

@@ -24,6 +24,13 @@ from .test_throughput import simulate
 # small windows so that a few thousand events cross many buckets, fits and decisions
 PARAMS: dict[str, Any] = {"warmup": 120.0, "min_baseline": 40, "window": 120.0, "bucket": 20.0,
                           "min_requests": 15, "quantiles": (0.5, 0.25)}
+VARIANTS = [
+    PARAMS,
+    # a level of 1/4 or more: _decide's chi-square pre-test never skips
+    {**PARAMS, "alpha": 0.3, "quantiles": (0.5,), "min_requests": 1},
+    {**PARAMS, "quantiles": (0.5, 0.25, 0.1), "alpha": 0.001, "hysteresis": 0.0,
+     "bucket": 7.0, "window": 100.0},
+]
 
 
 def traffic(seed: int, n: int, late: float, errors: float, rate: float) -> list[Event]:
@@ -109,12 +116,13 @@ def in_groups(events: list[Event], params: dict[str, Any], resets: set[int], siz
 @given(seed=st.integers(0, 2**31), sizes=st.lists(st.integers(1, 600), min_size=1, max_size=4),
        late=st.sampled_from([0.0, 0.02, 0.1]), errors=st.sampled_from([0.0, 0.02, 0.1]),
        rate=st.sampled_from([0.5, 3.0, 20.0]),
-       resets=st.lists(st.integers(0, 6000), max_size=2))
+       resets=st.lists(st.integers(0, 6000), max_size=2), params=st.sampled_from(VARIANTS))
 def test_update_many_equals_update(seed: int, sizes: list[int], late: float, errors: float,
-                                   rate: float, resets: list[int]) -> None:
+                                   rate: float, resets: list[int],
+                                   params: dict[str, Any]) -> None:
     events = traffic(seed, 6000, late, errors, rate)
-    flips, snapshot = one_by_one(events, PARAMS, set(resets))
-    assert in_groups(events, PARAMS, set(resets), sizes, seed) == (flips, snapshot)
+    flips, snapshot = one_by_one(events, params, set(resets))
+    assert in_groups(events, params, set(resets), sizes, seed) == (flips, snapshot)
 
 
 def test_the_random_traffic_fires_resolves_and_gates() -> None:
