@@ -15,8 +15,10 @@ under the cutoff and resolves when the rate is back above the cutoff plus a hyst
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from operator import le, mul
 from statistics import NormalDist
 from typing import Any
 
@@ -227,6 +229,28 @@ def ratio_interval(
 # -- the monitor ----------------------------------------------------------------------------------
 
 _REQ, _NODRAFT, _A, _D, _AA, _DD, _AD = range(7)
+_BLOCK_MIN = 16  # events of a bucket's run decided at once, at least (see update_many)
+# Room for rounding between the interval's bound on a block (worked out in other operations
+# than ratio_interval's, on other values) and the bounds ratio_interval gives: a few ulps at most.
+_ROUNDING = 1e-9
+
+
+def _leading_in(ts: list[float], lo: float, hi: float, width: float) -> int:
+    """How many of ``ts`` lead with ``lo <= t / width < hi``."""
+    # t / width is monotone in t (a correctly rounded division by a positive number), so the
+    # extremes decide for all, unless a NaN hides from min() and max(): a sum shows it
+    total = sum(ts)
+    if total == total and lo <= min(ts) / width and max(ts) / width < hi:
+        return len(ts)
+    return next((k for k, t in enumerate(ts) if not lo <= t / width < hi), len(ts))
+
+
+def _wilson_high(rate: float, n: float, z: float) -> float:
+    """Wilson's upper bound at ``n`` effective tokens, as in :func:`ratio_interval`."""
+    z2 = z * z
+    denom = 1.0 + z2 / n
+    center = (rate + z2 / (2.0 * n)) / denom
+    return center + z * math.sqrt(rate * (1.0 - rate) / n + z2 / (4.0 * n * n)) / denom
 
 
 class BreakevenMonitor(ConditionDetector):
@@ -360,6 +384,142 @@ class BreakevenMonitor(ConditionDetector):
         elif rate > self.cutoff + self.hysteresis:
             self._firing = False
             self.changed = True
+
+    def update_many(self, events: Sequence[Event]) -> int:
+        """:meth:`update` on ``events`` in order until one flips ``firing``; how many it took.
+
+        Everything reads as after that many :meth:`update` calls (``changed``, ``firing``,
+        :meth:`evidence`, the snapshot); the caller acts on a flip and calls again with the
+        rest. A bad event raises as :meth:`update` does, the events before it counted.
+        """
+        ring = self._ring
+        sums = ring.sums
+        width = ring.bucket
+        n = len(events)
+        i = 0
+        while i < n:
+            # A run's first event takes the per-event path: its slot() may move the window,
+            # which changes the sums the decision reads.
+            e = events[i]
+            dropped = ring.dropped
+            self.observe(e.accepted_tokens, e.drafted_tokens, e.ts)
+            i += 1
+            if self.changed:
+                return i
+            if ring.dropped != dropped:
+                continue  # too old, and so is what follows it, mostly: one by one, rare
+            # The rest of the run: events up to the newest bucket and inside the window, which
+            # slot() counts without moving the window or dropping them (floor(ts / width) is
+            # in [oldest, head] exactly when ts / width is in [oldest, head + 1): integers
+            # are exact floats). Along a run the window's sums only grow.
+            head = ring.head
+            oldest = ring.oldest
+            assert head is not None and oldest is not None
+            lo, newest, hi = float(oldest), float(head), float(head + 1)
+            while i < n:
+                start = i
+                # the window's requests / 16 at once: few enough for the bounds of _may_flip
+                # to clear nearly every block, so that few go the per-event path
+                stop = min(n, i + max(_BLOCK_MIN, int(sums[_REQ]) >> 4))
+                block = events[start:stop]
+                ts = [e.ts for e in block]
+                acc = [e.accepted_tokens for e in block]
+                dra = [e.drafted_tokens for e in block]
+                m = _leading_in(ts, lo, hi, width)
+                if not (min(acc) >= 0 and all(map(le, acc, dra))):
+                    # a bad event ends the run; the per-event path refuses it, as update()
+                    m = min(m, next(k for k, (a, d) in enumerate(zip(acc, dra, strict=True))
+                                    if not 0 <= a <= d))
+                if m < len(ts):
+                    ts, acc, dra = ts[:m], acc[:m], dra[:m]
+                if m:
+                    i = start + m
+                    no_draft = dra.count(0)
+                    accepted, drafted = sum(acc), sum(dra)
+                    if self._may_flip(m - no_draft, accepted, drafted):
+                        # one by one, as update() would: the block holds a flip, or may
+                        for j in range(start, i):
+                            e = events[j]
+                            self.observe(e.accepted_tokens, e.drafted_tokens, e.ts)
+                            if self.changed:
+                                return j + 1
+                    else:
+                        self._count_block(ts, acc, dra, no_draft, accepted, drafted, newest)
+                if i < stop:
+                    break  # the run ends: a newer bucket, a dropped event or a bad one is next
+        return n
+
+    def _count_block(self, ts: list[float], acc: list[int], dra: list[int], no_draft: int,
+                     accepted: int, drafted: int, newest: float) -> None:
+        """Count a block of a run, as its requests one by one would (no flip among them)."""
+        ring = self._ring
+        sums = ring.sums
+        width = ring.bucket
+        # Integers (a request that drafted nothing adds zeros): summed in any order, the
+        # totals are those of one request at a time.
+        totals = (len(ts) - no_draft, no_draft, accepted, drafted, sum(map(mul, acc, acc)),
+                  sum(map(mul, dra, dra)), sum(map(mul, acc, dra)))
+        for f, v in enumerate(totals):
+            sums[f] += v
+        if min(ts) / width >= newest:
+            b = ring.slot(ts[0])  # all in the newest bucket: slot() hands it over, no more
+            assert b is not None
+            for f, v in enumerate(totals):
+                b[f] += v
+        else:
+            # Late requests among them: each to its bucket, the rest to the newest. slot() is
+            # asked in the requests' order, so that a bucket the block creates comes where
+            # update() would put it (for the snapshot's order).
+            late = [k for k, t in enumerate(ts) if t / width < newest]
+            newest_totals = list(totals)
+            first = next((k for k, t in enumerate(ts) if t / width >= newest), None)
+            for k in sorted([*late, first] if first is not None else late):
+                b = ring.slot(ts[k])
+                assert b is not None
+                if k == first:
+                    newest_bucket = b
+                    continue
+                a, d = acc[k], dra[k]
+                row = (1, 0, a, d, a * a, d * d, a * d) if d else (0, 1, 0, 0, 0, 0, 0)
+                for f, v in enumerate(row):
+                    b[f] += v
+                    newest_totals[f] -= v
+            if first is not None:
+                for f, v in enumerate(newest_totals):
+                    newest_bucket[f] += v
+        latest = max(ts)  # no NaN in a run: max() keeps what update() keeps
+        if latest > self._last_ts:  # type: ignore[operator]  # the run's first event set it
+            self._last_ts = latest
+
+    def _may_flip(self, requests: int, accepted: int, drafted: int) -> bool:
+        """Whether adding a block of requests (these totals) to the window, one by one, could
+        flip ``firing`` on one of them; False only when no decision along the way can.
+
+        Along the block the window's counts only grow (no bucket expires inside a run), so:
+        """
+        s = self._ring.sums
+        a0, d0 = s[_A], s[_D]
+        d_end = d0 + drafted
+        # a request count or token count short at the end is short all along
+        if s[_REQ] + requests < self.min_requests or d_end < self.min_tokens:
+            return False
+        if self._firing:
+            # resolving needs rate > cutoff + hysteresis at a sufficient point; there the rate
+            # is at most (a0 + accepted) / max(d0, min_tokens), and a correctly rounded
+            # division is monotone: under the threshold here, under it at every point
+            return (a0 + accepted) / max(d0, self.min_tokens) > self.cutoff + self.hysteresis
+        # Firing needs rate < cutoff and the interval's upper bound < cutoff at some point.
+        # The rate there is at least a0 / d_end (same monotone rounding argument).
+        r_low = a0 / d_end
+        if r_low >= self.cutoff:
+            return False
+        # Wilson's upper bound rises with the rate and falls with the effective tokens (it is
+        # the upper root p of (p - r)^2 = (z^2 / n) p (1 - p), whose left over right side rises
+        # in p on (r, 1)), and ratio_interval's effective tokens are at most the drafted ones
+        # (drafted over a design effect >= 1, or the requests, each drafting >= 1 token). So
+        # every upper bound along the block is at least Wilson's at (r_low, d_end): with room
+        # for rounding, if that is not under the cutoff no decision along the block fires.
+        return _wilson_high(r_low, d_end, _z(self.confidence)) < self.cutoff + _ROUNDING
 
     # -- results ------------------------------------------------------------------------------
 
