@@ -9,6 +9,7 @@ and never as a rate of zero.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from monitor.detect.base import CHANGED, FIRING, ConditionDetector, field, nested
@@ -109,6 +110,64 @@ class ContentionMonitor(ConditionDetector):
                 s[1] += 1
         self._decide()
 
+    def update_many(self, events: Sequence[Event]) -> int:
+        """Count requests in order until one flips the state; how many were taken.
+
+        Exactly what :meth:`update` on each would do: read ``changed`` (and ``firing``) as
+        after :meth:`update`, then call again with the rest. A run of draft-model requests in
+        one bucket takes one :meth:`BucketRing.slot` (nothing moves the window meanwhile, so
+        it is the same bucket); a request without a draft model moves the window only when it
+        opens a newer bucket, and only then is there a decision to make, as in :meth:`update`.
+        """
+        self.changed = False
+        ring = self._ring
+        s = ring.sums
+        width = ring.bucket
+        # bounds of the bucket of the run (ts / width in [lo, hi)), NaN: no run; end: the
+        # newest bucket's upper bound (ts / width below it moves nothing)
+        lo = hi = math.nan
+        end = math.nan if ring.head is None else float(ring.head + 1)
+        b: list[float] | None = None
+        for i, e in enumerate(events):
+            q = e.ts / width
+            if e.draft_model is None:
+                if q < end:
+                    continue  # advance() would return at once, and so no decision
+                ring.advance(e.ts)
+                assert ring.head is not None
+                end = float(ring.head + 1)
+                lo = hi = math.nan  # the run's bucket may have left the window
+            else:
+                if not lo <= q < hi:
+                    b = ring.slot(e.ts)
+                    assert ring.head is not None
+                    end = float(ring.head + 1)
+                    if b is None:
+                        lo = hi = math.nan  # too old: each one counts as dropped
+                    else:
+                        lo = float(math.floor(q))
+                        hi = lo + 1.0
+                if b is not None:
+                    s[0] += 1
+                    b[0] += 1
+                    if e.draft_evicted:
+                        b[1] += 1
+                        s[1] += 1
+            # _decide, inlined
+            n = s[0]
+            if n < self.min_requests:
+                continue
+            evicted = s[1]
+            if not self._firing:
+                if evicted >= self.min_evicted and evicted / n > self.threshold:
+                    self._firing = self.changed = True
+                    return i + 1
+            elif evicted / n < self.threshold - self.hysteresis or evicted == 0:
+                self._firing = False
+                self.changed = True
+                return i + 1
+        return len(events)
+
     def _decide(self) -> None:
         t = self._ring.sums
         n = t[0]
@@ -198,6 +257,32 @@ class StalenessMonitor(ConditionDetector):
         if stale != self._firing:
             self._firing = stale
             self.changed = True
+
+    def update_many(self, ts: Sequence[float]) -> int:
+        """Take event times in order until one flips the state; how many were taken.
+
+        Exactly what :meth:`update` on each would do: read ``changed`` (and ``firing``) as
+        after :meth:`update`, then call again with the rest.
+        """
+        self.changed = False
+        last, now = self._last_ts, self._now
+        if (last is not None and now is not None and not self._firing
+                and now - last <= self.silence):
+            # Fresh, and the run cannot make it stale: with M the newest time so far,
+            # max(now, M) - max(last, M) never exceeds max(now - last, 0) (rounding is
+            # monotone), so no event flips and only the newest time of the run is kept.
+            m = max(ts, default=None)
+            if m is not None:
+                if m > last:
+                    self._last_ts = m
+                if m > now:
+                    self._now = m
+            return len(ts)
+        for i, t in enumerate(ts):
+            self.update(t)
+            if self.changed:
+                return i + 1
+        return len(ts)
 
     def tick(self, now: float) -> None:
         """Evaluate at time ``now`` (event time in replay, wall clock when live)."""
@@ -348,6 +433,66 @@ class InactivityMonitor(ConditionDetector):
         elif not quiet:
             self._firing = False
             self.changed = True
+
+    def update_many(self, events: Sequence[Event]) -> int:
+        """Count requests in order until one flips the state; how many were taken.
+
+        Exactly what :meth:`update` on each would do: read ``changed`` (and ``firing``) as
+        after :meth:`update`, then call again with the rest. A run of requests in one bucket
+        takes one :meth:`BucketRing.slot`: nothing else moves the window meanwhile, so it is
+        the same bucket.
+        """
+        self.changed = False
+        ring = self._ring
+        s = ring.sums
+        width = ring.bucket
+        share, min_requests = self.share, self.min_requests
+        lo = hi = math.nan  # bounds of the run's bucket (ts / width in [lo, hi)); NaN: none
+        b: list[float] | None = None
+        for i, e in enumerate(events):
+            if e.status != "ok":
+                continue
+            ts = e.ts
+            drafted = e.drafted_tokens
+            if self._first_ts is None:
+                self._first_ts = ts
+            if drafted > 0:
+                self._ever_drafted = True
+                if self._last_drafted_ts is None or ts > self._last_drafted_ts:
+                    self._last_drafted_ts = ts
+            q = ts / width
+            if not lo <= q < hi:
+                b = ring.slot(ts)
+                if b is None:
+                    lo = hi = math.nan  # too old: each one counts as dropped
+                else:
+                    lo = float(math.floor(q))
+                    hi = lo + 1.0
+            if b is not None:
+                b[_REQ] += 1
+                s[_REQ] += 1
+                if drafted == 0:
+                    b[_NODRAFT] += 1
+                    s[_NODRAFT] += 1
+                if e.draft_model is not None:
+                    b[_WITH_DRAFT] += 1
+                    s[_WITH_DRAFT] += 1
+            # the decision of observe(), inlined
+            n = s[_REQ]
+            if n == 0:
+                continue
+            quiet = s[_NODRAFT] >= share * n
+            if not self._firing:
+                if quiet and n >= min_requests and (self._ever_drafted or s[_WITH_DRAFT] > 0):
+                    assert self._first_ts is not None and ring.head is not None
+                    if self._first_ts <= (ring.head - ring.size + 1) * self.bucket:
+                        self._firing = self.changed = True
+                        return i + 1
+            elif not quiet:
+                self._firing = False
+                self.changed = True
+                return i + 1
+        return len(events)
 
     @property
     def no_draft_share(self) -> float | None:

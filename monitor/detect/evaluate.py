@@ -35,6 +35,9 @@ _NO_HOLDS: frozenset[str] = frozenset()  # a segment without a live comparison
 STEP = 32
 ROUTE, LOSSLESS, CHANGE, SEGMENT, ACCEPTANCE, BREAKEVEN, TICK = 0, 4, 8, 12, 13, 14, 16
 BATCH_MIN = 16  # a segment's requests in a message judged as arrays from this many on
+# Within ROUTE: the route's detectors in the order route_rules decides them, so a batch that
+# feeds them one detector at a time puts their records of one event back in that order.
+STALE, METADATA, INACTIVE, CONTENTION = ROUTE, ROUTE + 1, ROUTE + 2, ROUTE + 3
 
 
 class Evaluator:
@@ -92,6 +95,44 @@ class Evaluator:
         if route.contention.changed:
             self.flip(route.firing, "memory_contention", route.contention.firing,
                       {"route": route.name}, ts, route.contention.evidence())
+
+    def route_rules_many(self, route: Route, keys: list[int], events: list[Event]) -> None:
+        """:meth:`route_rules` for a route's events of one batch (``keys``: their
+        :attr:`key`), in order; the same records and state as one event at a time.
+
+        The four detectors read nothing of each other (each flips its own rule of
+        ``route.firing``), so each takes the whole run through its ``update_many``, and the
+        keys put their records back in the order :meth:`route_rules` gives them.
+        """
+        n = len(events)
+        labels = {"route": route.name}
+        det = route.staleness
+        ts = [e.ts for e in events]
+        done = 0
+        while done < n:
+            done += det.update_many(ts[done:] if done else ts)
+            if det.changed:
+                self.key = keys[done - 1] + STALE
+                self.flip(route.firing, "telemetry_stale", det.firing, labels, ts[done - 1],
+                          det.evidence())
+        meta = route.metadata
+        done = 0
+        while done < n:
+            done += meta.update_many(events[done:] if done else events)
+            if meta.changed:
+                self.key = keys[done - 1] + METADATA
+                for flip in meta.flips:
+                    self.record(flip.rule, flip.state, flip.labels, flip.at, flip.evidence)
+        for rule, phase, monitor in (
+                ("speculation_inactive", INACTIVE, route.inactivity),
+                ("memory_contention", CONTENTION, route.contention)):
+            done = 0
+            while done < n:
+                done += monitor.update_many(events[done:] if done else events)
+                if monitor.changed:
+                    self.key = keys[done - 1] + phase
+                    self.flip(route.firing, rule, monitor.firing, labels, ts[done - 1],
+                              monitor.evidence())
 
     def lossless(self, monitor: LosslessMonitor, e: Event) -> None:
         """Match a greedy request against its prompt's outputs (rule ``output_mismatch``)."""

@@ -194,6 +194,27 @@ class MetadataRules(base.Detector):
                 assert key is not None and details is not None
                 self._fire(rule, labels, key, ts, details, flips)
 
+    def update_many(self, events: Sequence[Event]) -> int:
+        """Check events in order until one flips a condition; how many were taken.
+
+        Exactly what :meth:`update` on each would do: read ``flips`` as after :meth:`update`,
+        then call again with the rest. An event whose metadata is the memo's, consistent,
+        while nothing fires, changes nothing (see :meth:`update`): only the others are
+        updated one by one.
+        """
+        self._flips = _NO_FLIPS
+        for i, e in enumerate(events):
+            last = self._last
+            if (last is not None and last[2] and not self._active
+                    and last[0] == (e.route, e.target_model, e.target_revision,
+                                    e.target_tokenizer, e.draft_model, e.draft_revision,
+                                    e.draft_tokenizer, e.pinned_target_revision)):
+                continue
+            self.update(e)
+            if self._flips:
+                return i + 1
+        return len(events)
+
     def _steps(self, event: Event) -> tuple[_Step, ...]:
         """Per rule, in order: fire on the event's pair (labels, key, details) or resolve."""
         if event.draft_model is None:

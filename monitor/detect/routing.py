@@ -59,11 +59,11 @@ class Router:
     def observe(self, partition: int, events: list[Event]) -> None:
         """Feed one message's counted events, in order.
 
-        A message of at least ``batch_min`` events defers each segment's rules and feeds
-        them a segment at a time (:meth:`Evaluator.segment_rules_many`); what reads across
-        segments (a new or returning setup, the minute sweep) first flushes what is
-        deferred, and the records are put back in event order: the same records and state
-        as one event at a time.
+        A message of at least ``batch_min`` events defers each segment's rules and each
+        route's and feeds them a segment (:meth:`Evaluator.segment_rules_many`) and a route
+        (:meth:`Evaluator.route_rules_many`) at a time; what reads across them (a new or
+        returning setup, the minute sweep) first flushes what is deferred, and the records
+        are put back in event order: the same records and state as one event at a time.
         """
         st = self.state
         routes, segments, ids = st.routes, st.segments, self._segment_ids
@@ -75,6 +75,8 @@ class Router:
         return_after = self.config.change_return_after
         # seg_id -> (segment, keys, events) of the batch, judged at the next flush
         deferred: dict[str, tuple[Segment, list[int], list[Event]]] | None = None
+        # route name -> (route, keys, events) likewise
+        by_route: dict[str, tuple[Route, list[int], list[Event]]] = {}
         if len(events) >= self.batch_min:
             deferred = {}
             ev.begin_batch()
@@ -100,13 +102,21 @@ class Router:
                     st.moved(route, partition)
                 route.partition = partition
                 dirty.add("route:" + name)
-                route_rules(route, e)
+                if deferred is None:
+                    route_rules(route, e)
+                else:
+                    pending = by_route.get(name)
+                    if pending is None:
+                        by_route[name] = (route, [key], [e])
+                    else:
+                        pending[1].append(key)
+                        pending[2].append(e)
                 if e.target_model == OVERFLOW:
                     # Pairs over the route's cap share one series: a change there may only
                     # be a change in the mix. The route's own rules above still see every
                     # request.
-                    if deferred and self._ticks(e.ts):
-                        self._flush(deferred)
+                    if deferred is not None and self._ticks(e.ts):
+                        self._flush(deferred, by_route)
                     ev.key = key + TICK
                     self.advance(e.ts)
                     continue
@@ -127,13 +137,16 @@ class Router:
                 segment = segments.get(seg_id)
                 ts = e.ts
                 if segment is None:
-                    if deferred:
-                        self._flush(deferred)  # a change reads its predecessor's state
+                    if deferred is not None:
+                        # a change reads its predecessor's state (and, in lineage, of the
+                        # route only its name and segments, which route rules leave be:
+                        # flushed anyway, so a change never reads a route behind its events)
+                        self._flush(deferred, by_route)
                     ev.key = key + CHANGE
                     segment = self.new_segment(route, seg_id, e)
                 elif ts - segment.last_ts >= return_after:
-                    if deferred:
-                        self._flush(deferred)
+                    if deferred is not None:
+                        self._flush(deferred, by_route)
                     ev.key = key + CHANGE
                     self.came_back(route, seg_id, segment, e)
                 dirty.add("segment:" + seg_id)
@@ -151,12 +164,13 @@ class Router:
                 if ts > st.max_ts:  # advance(), inline: nearly every event moves the clock
                     st.max_ts = ts
                     if st.clock == "event" and ts - st.last_tick >= TICK_EVERY:
-                        if deferred:
-                            self._flush(deferred)  # the sweep reads every segment
+                        if deferred is not None:
+                            # the sweep reads every segment, and every route's staleness
+                            self._flush(deferred, by_route)
                         ev.key = key + TICK
                         self.tick(ts)
-            if deferred:
-                self._flush(deferred)
+            if deferred is not None:
+                self._flush(deferred, by_route)
         finally:
             if deferred is not None:
                 ev.end_batch()
@@ -166,7 +180,14 @@ class Router:
         st = self.state
         return ts > st.max_ts and st.clock == "event" and ts - st.last_tick >= TICK_EVERY
 
-    def _flush(self, deferred: dict[str, tuple[Segment, list[int], list[Event]]]) -> None:
+    def _flush(self, deferred: dict[str, tuple[Segment, list[int], list[Event]]],
+               by_route: dict[str, tuple[Route, list[int], list[Event]]]) -> None:
+        # Routes and segments read nothing of each other's detectors: either order gives
+        # the same state, and the records' keys give their order.
+        routes = self.evaluator.route_rules_many
+        for route, keys, events in by_route.values():
+            routes(route, keys, events)
+        by_route.clear()
         many = self.evaluator.segment_rules_many
         for segment, keys, events in deferred.values():
             many(segment, keys, events)
