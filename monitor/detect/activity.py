@@ -119,7 +119,6 @@ class ContentionMonitor(ConditionDetector):
         it is the same bucket); a request without a draft model moves the window only when it
         opens a newer bucket, and only then is there a decision to make, as in :meth:`update`.
         """
-        self.changed = False
         ring = self._ring
         s = ring.sums
         width = ring.bucket
@@ -128,6 +127,10 @@ class ContentionMonitor(ConditionDetector):
         lo = hi = math.nan
         end = math.nan if ring.head is None else float(ring.head + 1)
         b: list[float] | None = None
+        min_requests, min_evicted = self.min_requests, self.min_evicted
+        threshold, resolve_below = self.threshold, self.threshold - self.hysteresis
+        firing = self._firing
+        taken = len(events)
         for i, e in enumerate(events):
             q = e.ts / width
             if e.draft_model is None:
@@ -155,18 +158,21 @@ class ContentionMonitor(ConditionDetector):
                         s[1] += 1
             # _decide, inlined
             n = s[0]
-            if n < self.min_requests:
+            if n < min_requests:
                 continue
             evicted = s[1]
-            if not self._firing:
-                if evicted >= self.min_evicted and evicted / n > self.threshold:
-                    self._firing = self.changed = True
-                    return i + 1
-            elif evicted / n < self.threshold - self.hysteresis or evicted == 0:
-                self._firing = False
-                self.changed = True
-                return i + 1
-        return len(events)
+            if not firing:
+                if evicted >= min_evicted and evicted / n > threshold:
+                    firing = True
+                    taken = i + 1
+                    break
+            elif evicted / n < resolve_below or evicted == 0:
+                firing = False
+                taken = i + 1
+                break
+        self.changed = firing != self._firing
+        self._firing = firing
+        return taken
 
     def _decide(self) -> None:
         t = self._ring.sums
@@ -442,24 +448,27 @@ class InactivityMonitor(ConditionDetector):
         takes one :meth:`BucketRing.slot`: nothing else moves the window meanwhile, so it is
         the same bucket.
         """
-        self.changed = False
         ring = self._ring
         s = ring.sums
         width = ring.bucket
         share, min_requests = self.share, self.min_requests
+        # the state in locals, written back once: this runs for every request of a message
+        first, ever, last_drafted = self._first_ts, self._ever_drafted, self._last_drafted_ts
+        firing = self._firing
         lo = hi = math.nan  # bounds of the run's bucket (ts / width in [lo, hi)); NaN: none
         b: list[float] | None = None
+        taken = len(events)
         for i, e in enumerate(events):
             if e.status != "ok":
                 continue
             ts = e.ts
             drafted = e.drafted_tokens
-            if self._first_ts is None:
-                self._first_ts = ts
+            if first is None:
+                first = ts
             if drafted > 0:
-                self._ever_drafted = True
-                if self._last_drafted_ts is None or ts > self._last_drafted_ts:
-                    self._last_drafted_ts = ts
+                ever = True
+                if last_drafted is None or ts > last_drafted:
+                    last_drafted = ts
             q = ts / width
             if not lo <= q < hi:
                 b = ring.slot(ts)
@@ -482,17 +491,21 @@ class InactivityMonitor(ConditionDetector):
             if n == 0:
                 continue
             quiet = s[_NODRAFT] >= share * n
-            if not self._firing:
-                if quiet and n >= min_requests and (self._ever_drafted or s[_WITH_DRAFT] > 0):
-                    assert self._first_ts is not None and ring.head is not None
-                    if self._first_ts <= (ring.head - ring.size + 1) * self.bucket:
-                        self._firing = self.changed = True
-                        return i + 1
-            elif not quiet:
-                self._firing = False
-                self.changed = True
-                return i + 1
-        return len(events)
+            if firing:
+                if not quiet:
+                    firing = False
+                    taken = i + 1
+                    break
+            elif quiet and n >= min_requests and (ever or s[_WITH_DRAFT] > 0):
+                assert first is not None and ring.head is not None
+                if first <= (ring.head - ring.size + 1) * self.bucket:
+                    firing = True
+                    taken = i + 1
+                    break
+        self._first_ts, self._ever_drafted, self._last_drafted_ts = first, ever, last_drafted
+        self.changed = firing != self._firing
+        self._firing = firing
+        return taken
 
     @property
     def no_draft_share(self) -> float | None:
