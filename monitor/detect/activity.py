@@ -477,26 +477,26 @@ class InactivityMonitor(ConditionDetector):
                 else:
                     lo = float(math.floor(q))
                     hi = lo + 1.0
-            if b is not None:
-                b[_REQ] += 1
-                s[_REQ] += 1
+            if b is not None:  # the fields _REQ, _NODRAFT, _WITH_DRAFT: no global lookups
+                b[0] += 1
+                s[0] += 1
                 if drafted == 0:
-                    b[_NODRAFT] += 1
-                    s[_NODRAFT] += 1
+                    b[1] += 1
+                    s[1] += 1
                 if e.draft_model is not None:
-                    b[_WITH_DRAFT] += 1
-                    s[_WITH_DRAFT] += 1
+                    b[2] += 1
+                    s[2] += 1
             # the decision of observe(), inlined
-            n = s[_REQ]
+            n = s[0]
             if n == 0:
                 continue
-            quiet = s[_NODRAFT] >= share * n
+            quiet = s[1] >= share * n
             if firing:
                 if not quiet:
                     firing = False
                     taken = i + 1
                     break
-            elif quiet and n >= min_requests and (ever or s[_WITH_DRAFT] > 0):
+            elif quiet and n >= min_requests and (ever or s[2] > 0):
                 assert first is not None and ring.head is not None
                 if first <= (ring.head - ring.size + 1) * self.bucket:
                     firing = True
