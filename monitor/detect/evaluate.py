@@ -100,9 +100,9 @@ class Evaluator:
         """:meth:`route_rules` for a route's events of one batch (``keys``: their
         :attr:`key`), in order; the same records and state as one event at a time.
 
-        The four detectors read nothing of each other (each flips its own rule of
-        ``route.firing``), so each takes the whole run through its ``update_many``, and the
-        keys put their records back in the order :meth:`route_rules` gives them.
+        The four detectors read nothing of each other (each flips only its own rules), so
+        each takes the whole run through its ``update_many``, and the keys (:data:`STALE` ..
+        :data:`CONTENTION`) put their records back in the order :meth:`route_rules` gives.
         """
         n = len(events)
         labels = {"route": route.name}

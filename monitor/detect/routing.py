@@ -138,9 +138,9 @@ class Router:
                 ts = e.ts
                 if segment is None:
                     if deferred is not None:
-                        # a change reads its predecessor's state (and, in lineage, of the
-                        # route only its name and segments, which route rules leave be:
-                        # flushed anyway, so a change never reads a route behind its events)
+                        # A change reads its predecessor's state. Of the route, lineage
+                        # reads only its name and segments, which route rules leave be; the
+                        # routes are flushed too, so no change sees a route behind its events.
                         self._flush(deferred, by_route)
                     ev.key = key + CHANGE
                     segment = self.new_segment(route, seg_id, e)
