@@ -112,7 +112,7 @@ def in_groups(events: list[Event], params: dict[str, Any], resets: set[int], siz
     return flips, orjson.dumps(m.snapshot())
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**31), sizes=st.lists(st.integers(1, 600), min_size=1, max_size=4),
        late=st.sampled_from([0.0, 0.02, 0.1]), errors=st.sampled_from([0.0, 0.02, 0.1]),
        rate=st.sampled_from([0.5, 3.0, 20.0]),
@@ -138,7 +138,7 @@ def test_the_random_traffic_fires_resolves_and_gates() -> None:
     assert gated > 0
 
 
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=4, deadline=None)
 @given(sizes=st.lists(st.integers(1, 2000), min_size=1, max_size=4))
 def test_simulated_evictions_in_random_groupings(sizes: list[int]) -> None:
     events = list(simulate("code-assistant", ("eviction:route=code-assistant,at=1h,for=45m",)))
