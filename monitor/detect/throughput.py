@@ -475,6 +475,11 @@ class ThroughputMonitor(ConditionDetector):
         self._fit(events[i - 1].ts)
         return i
 
+    def _in_newest(self, event: Event) -> bool:
+        """Whether ``event`` falls in the window's newest bucket (as BucketRing.slot tells)."""
+        head = self._ring.head
+        return head is not None and float(head) <= event.ts / self._ring.bucket < float(head + 1)
+
     def _room(self, k: float, n: float, q: float, quick: float) -> int:
         """How many more requests under the threshold of quantile ``q`` the window's count
         ``k`` of ``n`` can take and stay surely not significant (-1: not even now).
@@ -505,9 +510,10 @@ class ThroughputMonitor(ConditionDetector):
         return binom_sf(k, n, q) < self._level
 
     def _watch_many(self, events: Sequence[Event], i: int) -> int:
-        """:meth:`update` for ``events`` from ``i``, not firing, after the warm-up: the first
-        event alone, then the run of those in the same (newest) bucket at once; stops after
-        a flip, or where the decision may flip on every event. Returns the next index.
+        """:meth:`update` for ``events`` from ``i``, not firing, after the warm-up: the run of
+        those in the window's newest bucket at once, or one event alone (one that opens a
+        bucket or is late, or any while the error gate decides); stops after a flip. Returns
+        the next index.
 
         :meth:`_decide` flips the state only when ``n >= min_requests`` and some quantile's
         count is significant (the error gate can only hold a firing back). Within the run no
@@ -519,13 +525,12 @@ class ThroughputMonitor(ConditionDetector):
         count is significant; with it counted, :meth:`_decide` runs as after ``update`` (and
         the gate, which moves with every event, has the following events one by one).
         """
-        self.update(events[i])  # it may open a bucket (expiry moves counts both ways) or be late
-        i += 1
-        n_events = len(events)
         ring = self._ring
+        if not self._in_newest(events[i]):
+            self.update(events[i])  # a new bucket (expiry moves counts both ways), or late
+            return i + 1
         head = ring.head
-        if self.changed or head is None or i == n_events:
-            return i
+        assert head is not None
         sums = ring.sums
         n = sums[_TPUT]
         quantiles, skips = self.quantiles, self._skips
@@ -534,8 +539,11 @@ class ThroughputMonitor(ConditionDetector):
         for j, (q, quick) in enumerate(skips):
             room = self._room(sums[_FIXED + j], n, q, quick)
             if room < 0 and n >= min_requests and self._significant(sums[_FIXED + j], n, q, quick):
-                return i  # the error gate decides event by event: update() does
+                self.update(events[i])  # the error gate decides event by event
+                return i + 1
             rooms.append(room)
+        self.changed = False
+        n_events = len(events)
         tight = min(rooms) < 0
         counts = [0] * len(quantiles)
         assert self._norm is not None
@@ -596,20 +604,22 @@ class ThroughputMonitor(ConditionDetector):
 
     def _firing_many(self, events: Sequence[Event], i: int) -> int:
         """:meth:`update` for ``events`` from ``i`` while firing, as :meth:`_watch_many`: the
-        first event alone, then the run in its bucket at once. Returns the next index.
+        run in the newest bucket at once, or one event that is not in it. Returns the next
+        index.
 
         :meth:`_decide` resolves when ``n >= min_requests`` and every quantile's count of
         window values in bins under its resolve bin is at most ``q (count - 1)``. Those counts
         are kept here per request, with the same comparisons, so the run stops exactly at the
         request that resolves; an event without a throughput changes none of them.
         """
-        self.update(events[i])  # it may open a bucket (expiry moves counts both ways) or be late
-        i += 1
-        n_events = len(events)
         ring, h = self._ring, self._hist
+        if not self._in_newest(events[i]):
+            self.update(events[i])  # a new bucket (expiry moves counts both ways), or late
+            return i + 1
         head = ring.head
-        if self.changed or head is None or i == n_events:
-            return i
+        assert head is not None
+        self.changed = False
+        n_events = len(events)
         keys = self._resolve_keys
         if keys is None:
             keys = self._resolve_keys = self._first_resolving_keys()
