@@ -398,60 +398,60 @@ class BreakevenMonitor(ConditionDetector):
         n = len(events)
         i = 0
         while i < n:
-            # A run's first event takes the per-event path: its slot() may move the window,
-            # which changes the sums the decision reads.
+            head, oldest = ring.head, ring.oldest
+            if head is not None and oldest is not None:
+                # A run: events up to the newest bucket and inside the window, which slot()
+                # counts without moving the window or dropping them (floor(ts / width) is in
+                # [oldest, head] exactly when ts / width is in [oldest, head + 1): integers are
+                # exact floats). Along a run the window's sums only grow.
+                lo, newest, hi = float(oldest), float(head), float(head + 1)
+                while i < n:
+                    start = i
+                    # the window's requests / 16 at once: few enough for the bounds of
+                    # _may_flip to clear nearly every block, so that few go the per-event path
+                    stop = min(n, i + max(_BLOCK_MIN, int(sums[_REQ]) >> 4))
+                    block = events[start:stop]
+                    ts = [e.ts for e in block]
+                    acc = [e.accepted_tokens for e in block]
+                    dra = [e.drafted_tokens for e in block]
+                    m = _leading_in(ts, lo, hi, width)
+                    if not (min(acc) >= 0 and all(map(le, acc, dra))):
+                        # a bad event ends the run; the per-event path refuses it, as update()
+                        m = min(m, next(k for k, (a, d) in enumerate(zip(acc, dra, strict=True))
+                                        if not 0 <= a <= d))
+                    if m < len(ts):
+                        ts, acc, dra = ts[:m], acc[:m], dra[:m]
+                    if m:
+                        i = start + m
+                        no_draft = dra.count(0)
+                        accepted, drafted = sum(acc), sum(dra)
+                        if self._may_flip(m - no_draft, accepted, drafted):
+                            # one by one, as update() would: the block holds a flip, or may
+                            for j in range(start, i):
+                                e = events[j]
+                                self.observe(e.accepted_tokens, e.drafted_tokens, e.ts)
+                                if self.changed:
+                                    return j + 1
+                        else:
+                            self._count_block(ts, acc, dra, no_draft, accepted, drafted, newest)
+                    if i < stop:
+                        break
+                if i == n:
+                    break
+            # What ends a run takes the per-event path: a newer bucket (the window moves and
+            # the decision reads the sums it leaves), one too old, a bad event (refused as by
+            # update()), or the first event of all.
             e = events[i]
-            dropped = ring.dropped
             self.observe(e.accepted_tokens, e.drafted_tokens, e.ts)
             i += 1
             if self.changed:
                 return i
-            if ring.dropped != dropped:
-                continue  # too old, and so is what follows it, mostly: one by one, rare
-            # The rest of the run: events up to the newest bucket and inside the window, which
-            # slot() counts without moving the window or dropping them (floor(ts / width) is
-            # in [oldest, head] exactly when ts / width is in [oldest, head + 1): integers
-            # are exact floats). Along a run the window's sums only grow.
-            head = ring.head
-            oldest = ring.oldest
-            assert head is not None and oldest is not None
-            lo, newest, hi = float(oldest), float(head), float(head + 1)
-            while i < n:
-                start = i
-                # the window's requests / 16 at once: few enough for the bounds of _may_flip
-                # to clear nearly every block, so that few go the per-event path
-                stop = min(n, i + max(_BLOCK_MIN, int(sums[_REQ]) >> 4))
-                block = events[start:stop]
-                ts = [e.ts for e in block]
-                acc = [e.accepted_tokens for e in block]
-                dra = [e.drafted_tokens for e in block]
-                m = _leading_in(ts, lo, hi, width)
-                if not (min(acc) >= 0 and all(map(le, acc, dra))):
-                    # a bad event ends the run; the per-event path refuses it, as update()
-                    m = min(m, next(k for k, (a, d) in enumerate(zip(acc, dra, strict=True))
-                                    if not 0 <= a <= d))
-                if m < len(ts):
-                    ts, acc, dra = ts[:m], acc[:m], dra[:m]
-                if m:
-                    i = start + m
-                    no_draft = dra.count(0)
-                    accepted, drafted = sum(acc), sum(dra)
-                    if self._may_flip(m - no_draft, accepted, drafted):
-                        # one by one, as update() would: the block holds a flip, or may
-                        for j in range(start, i):
-                            e = events[j]
-                            self.observe(e.accepted_tokens, e.drafted_tokens, e.ts)
-                            if self.changed:
-                                return j + 1
-                    else:
-                        self._count_block(ts, acc, dra, no_draft, accepted, drafted, newest)
-                if i < stop:
-                    break  # the run ends: a newer bucket, a dropped event or a bad one is next
         return n
 
     def _count_block(self, ts: list[float], acc: list[int], dra: list[int], no_draft: int,
                      accepted: int, drafted: int, newest: float) -> None:
         """Count a block of a run, as its requests one by one would (no flip among them)."""
+        self.changed = False
         ring = self._ring
         sums = ring.sums
         width = ring.bucket
