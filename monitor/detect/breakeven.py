@@ -495,7 +495,8 @@ class BreakevenMonitor(ConditionDetector):
         """Whether adding a block of requests (these totals) to the window, one by one, could
         flip ``firing`` on one of them; False only when no decision along the way can.
 
-        Along the block the window's counts only grow (no bucket expires inside a run), so:
+        Along the block the window's counts only grow (no bucket expires inside a run): the
+        bounds below hold at every request of it, so the decision need not run on each.
         """
         s = self._ring.sums
         a0, d0 = s[_A], s[_D]
