@@ -285,8 +285,15 @@ class StalenessMonitor(ConditionDetector):
                     self._now = m
             return len(ts)
         for i, t in enumerate(ts):
-            self.update(t)
-            if self.changed:
+            # update() on each, but times kept as given, as update() keeps an Event's
+            if last is None or t > last:
+                self._last_ts = last = t
+            if now is None or t > now:
+                self._now = now = t
+            stale = now - last > self.silence
+            if stale != self._firing:
+                self._firing = stale
+                self.changed = True
                 return i + 1
         return len(ts)
 

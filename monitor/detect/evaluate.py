@@ -18,6 +18,7 @@ from typing import Any
 
 from monitor.alert_record import AlertRecord, fingerprint
 from monitor.change_record import ChangeRecord
+from monitor.detect.activity import ContentionMonitor, InactivityMonitor
 from monitor.detect.lossless import LosslessMonitor
 from monitor.detect.segments import Route, Segment, when
 from monitor.jsonable import jsonable
@@ -123,9 +124,10 @@ class Evaluator:
                 self.key = keys[done - 1] + METADATA
                 for flip in meta.flips:
                     self.record(flip.rule, flip.state, flip.labels, flip.at, flip.evidence)
-        for rule, phase, monitor in (
-                ("speculation_inactive", INACTIVE, route.inactivity),
-                ("memory_contention", CONTENTION, route.contention)):
+        monitors: tuple[tuple[str, int, InactivityMonitor | ContentionMonitor], ...] = (
+            ("speculation_inactive", INACTIVE, route.inactivity),
+            ("memory_contention", CONTENTION, route.contention))
+        for rule, phase, monitor in monitors:
             done = 0
             while done < n:
                 done += monitor.update_many(events[done:] if done else events)

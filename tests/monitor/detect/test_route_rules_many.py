@@ -192,6 +192,24 @@ def test_staleness_a_first_event_behind_a_sweep_flips_twice_in_one_call() -> Non
     assert many.snapshot() == one.snapshot()
 
 
+def test_staleness_keeps_event_times_as_given() -> None:
+    """An event's time is kept as the event has it (update() of an Event does not convert
+    it), on the fast path and the slow one: the snapshots are the same."""
+    one, many = StalenessMonitor(silence=60.0), StalenessMonitor(silence=60.0)
+    times = [100, 130, 400]  # stale between 130 and 400 (a sweep says so)
+    for t in times[:2]:
+        one.update(_request("r", t))  # type: ignore[arg-type]
+    assert many.update_many(times[:2]) == 2
+    for m in (one, many):
+        m.tick(300.0)
+        assert m.firing
+    for t in times[2:]:
+        one.update(_request("r", t))  # type: ignore[arg-type]
+    assert many.update_many(times[2:]) == 1 and many.changed and not many.firing
+    assert orjson.dumps(many.snapshot()) == orjson.dumps(one.snapshot())
+    assert one.snapshot()["last_ts"] == 400 and isinstance(one.snapshot()["last_ts"], int)
+
+
 # -- the engine: per message against per event -------------------------------------------------
 
 ROUTE_INCIDENTS = (
