@@ -34,7 +34,8 @@ _NO_HOLDS: frozenset[str] = frozenset()  # a segment without a live comparison
 # Sort keys of a batch's records: event index * STEP + the phase that decided within the
 # event, in the order the request-by-request path decides them.
 STEP = 32
-ROUTE, LOSSLESS, CHANGE, SEGMENT, ACCEPTANCE, BREAKEVEN, TICK = 0, 4, 8, 12, 13, 14, 16
+ROUTE, LOSSLESS, CHANGE, SEGMENT, ACCEPTANCE, BREAKEVEN, THROUGHPUT, TICK = (
+    0, 4, 8, 12, 13, 14, 15, 16)
 BATCH_MIN = 16  # a segment's requests in a message judged as arrays from this many on
 # Within ROUTE: the route's detectors in the order route_rules decides them, so a batch that
 # feeds them one detector at a time puts their records of one event back in that order.
@@ -183,10 +184,12 @@ class Evaluator:
         """:meth:`segment_rules` for a segment's events of one batch (``keys``: their
         :attr:`key`), in order; the same records and state as one event at a time.
 
-        The acceptance bank takes the requests as arrays; the other detectors, whose flips
-        read each other (break-even's evidence names the position curve's knee), take them
-        one by one after it. A live comparison (after a change) holds alerts of the segment's
-        own detectors, so a segment that has one goes event by event.
+        Each detector takes the requests as a run (the acceptance bank on arrays) up to its
+        next flip; the flip's record carries the key of the event that decided it, so the
+        records leave in per-event order. The detectors read nothing of each other but for
+        break-even's evidence, which names the position curve's knee: the curve is fed up to
+        the deciding event first. A live comparison (after a change) holds alerts of the
+        segment's own detectors, so a segment that has one goes event by event.
         """
         versus = seg.versus
         if len(events) < BATCH_MIN or (versus is not None and versus.active):
@@ -206,9 +209,42 @@ class Evaluator:
                 if det.drift_detected or det.recovered:
                     self.key = keys[spec[done - 1]] + ACCEPTANCE
                     self._acceptance_flip(seg, _NO_HOLDS, ts[done - 1])
-        for key, e in zip(keys, events, strict=True):
-            self.key = key + BREAKEVEN
-            self._after_acceptance(seg, e, _NO_HOLDS)
+        self._after_acceptance_many(seg, keys, events)
+
+    def _after_acceptance_many(self, seg: Segment, keys: list[int],
+                               events: list[Event]) -> None:
+        """:meth:`_after_acceptance` for a run of a segment's events, nothing held."""
+        lab = seg.labels
+        spec = [i for i, e in enumerate(events) if e.has_spec]
+        if spec:
+            breakeven, positions = seg.breakeven, seg.positions
+            spec_events = [events[i] for i in spec]
+            done = 0
+            while done < len(spec_events):
+                taken = breakeven.update_many(spec_events[done:] if done else spec_events)
+                run = spec_events[done:done + taken] if done or taken < len(spec_events) \
+                    else spec_events
+                positions.update_many([e for e in run if e.drafted_tokens > 0])
+                done += taken
+                if breakeven.changed:
+                    ev = breakeven.evidence()
+                    ev["recommendation"] = breakeven.recommendation
+                    knee = positions.knee
+                    if knee is not None:
+                        ev["recommended_num_speculative_tokens"] = knee
+                    last = spec[done - 1]
+                    self.key = keys[last] + BREAKEVEN
+                    self.flip(seg.firing, "below_breakeven", breakeven.firing, lab,
+                              events[last].ts, ev)
+        throughput = seg.throughput
+        done = 0
+        while done < len(events):
+            done += throughput.update_many(events[done:] if done else events)
+            if throughput.changed:
+                last = done - 1
+                self.key = keys[last] + THROUGHPUT
+                self.flip(seg.firing, "throughput_drop", throughput.firing, lab,
+                          events[last].ts, throughput.evidence())
 
     def _acceptance_flip(self, seg: Segment, held: set[str] | frozenset[str],
                          ts: float) -> None:
