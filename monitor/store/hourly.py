@@ -9,9 +9,22 @@ from typing import Any
 
 from sqlalchemy import Connection, Table, bindparam, insert, select, update
 
+from monitor.store.bulk import executemany
 from monitor.store.series_ids import chunks
 
 __all__ = ["merge_hourly", "run_merged"]
+
+
+_STATEMENTS: dict[tuple[str, str, tuple[str, ...]], Any] = {}
+
+
+def _statement(kind: str, table: Table, fixed: tuple[str, ...]) -> Any:
+    """One statement object per table and kind: :func:`executemany` caches by statement."""
+    key = (kind, table.name, fixed)
+    stmt = _STATEMENTS.get(key)
+    if stmt is None:
+        stmt = _STATEMENTS[key] = insert(table) if kind == "insert" else _update(table, fixed)
+    return stmt
 
 
 def _update(table: Table, fixed: tuple[str, ...]) -> Any:
@@ -68,7 +81,5 @@ def merge_hourly(
 
 def run_merged(conn: Connection, table: Table, fixed: tuple[str, ...],
                inserts: list[dict[str, Any]], updates: list[dict[str, Any]]) -> None:
-    if inserts:
-        conn.execute(insert(table), inserts)
-    if updates:
-        conn.execute(_update(table, fixed), updates)
+    executemany(conn, _statement("insert", table, fixed), inserts)
+    executemany(conn, _statement("update", table, fixed), updates)

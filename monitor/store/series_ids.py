@@ -13,6 +13,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.dml import Insert
 
 from monitor.aggregate.series import SeriesKey
+from monitor.store.bulk import dialect_statement, executemany
 from monitor.store.exceptions import StoreError
 from monitor.store.tables import series_table
 
@@ -75,6 +76,27 @@ def stored_series(conn: Connection, keys: Sequence[SeriesKey] | None = None) -> 
     return found
 
 
+def _insert_series(conn: Connection) -> Insert:
+    return dialect_insert(conn, series_table).on_conflict_do_nothing(index_elements=["key_hash"])
+
+
+_first, _last = (
+    bindparam("b_first", type_=series_table.c.first_seen_at.type),
+    bindparam("b_last", type_=series_table.c.last_seen_at.type),
+)
+_WIDEN = (
+    update(series_table)
+    .where(series_table.c.id == bindparam("b_id"),
+           or_(series_table.c.first_seen_at > _first, series_table.c.last_seen_at < _last))
+    .values(
+        first_seen_at=case((series_table.c.first_seen_at > _first, _first),
+                           else_=series_table.c.first_seen_at),
+        last_seen_at=case((series_table.c.last_seen_at < _last, _last),
+                          else_=series_table.c.last_seen_at),
+    )
+)
+
+
 def resolve_series(
     conn: Connection,
     spans: Mapping[SeriesKey, tuple[datetime, datetime]],
@@ -98,34 +120,17 @@ def resolve_series(
                 rows.append(
                     {"key_hash": h, **key._asdict(), "first_seen_at": first, "last_seen_at": last}
                 )
-            stmt = dialect_insert(conn, series_table).on_conflict_do_nothing(
-                index_elements=["key_hash"]
-            )
-            conn.execute(stmt, rows)
+            executemany(conn, dialect_statement(conn, "insert_series", _insert_series), rows)
             found.update(_lookup(conn, new))
         for h, key in missing.items():
             if h not in found:
                 raise StoreError(f"series {key!r} vanished while being inserted")
             ids[key] = found[h]
 
-    c = series_table.c
-    first, last = (
-        bindparam("b_first", type_=c.first_seen_at.type),
-        bindparam("b_last", type_=c.last_seen_at.type),
-    )
-    widen = (
-        update(series_table)
-        .where(c.id == bindparam("b_id"), or_(c.first_seen_at > first, c.last_seen_at < last))
-        .values(
-            first_seen_at=case((c.first_seen_at > first, first), else_=c.first_seen_at),
-            last_seen_at=case((c.last_seen_at < last, last), else_=c.last_seen_at),
-        )
-    )
     # Sorted by id: concurrent writers then lock shared rows in one order and cannot deadlock.
     params = sorted(
         ({"b_id": ids[k], "b_first": f, "b_last": la} for k, (f, la) in spans.items()),
         key=lambda p: p["b_id"],
     )
-    if params:
-        conn.execute(widen, params)
+    executemany(conn, _WIDEN, params)
     return ids

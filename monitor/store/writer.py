@@ -14,6 +14,7 @@ from monitor.aggregate.bucket import BucketStats
 from monitor.aggregate.series import SeriesKey
 from monitor.alert_record import AlertRecord
 from monitor.store.alerting import write_alerting
+from monitor.store.bulk import dialect_statement, executemany
 from monitor.store.changes import write_changes
 from monitor.store.checkpoint import GRANULARITIES, Checkpoint, PartitionCommit
 from monitor.store.exceptions import FencedError
@@ -168,6 +169,7 @@ def _all_spans(cp: Checkpoint) -> dict[SeriesKey, tuple]:
 
 
 _C = rollups_table.c
+_INSERT_ROLLUP = insert(rollups_table)
 _UPDATE_ROLLUP = update(rollups_table).where(
     _C.granularity == bindparam("b_granularity"),
     _C.series_id == bindparam("b_series_id"),
@@ -228,10 +230,8 @@ def _merge_chunk(conn: Connection, gran: str, deltas: Mapping[int, Mapping[int, 
                 merged.merge(delta)
                 updates.append({"b_granularity": gran, "b_series_id": sid,
                                 "b_bucket_start": row.bucket_start, **merged.to_row()})
-    if inserts:
-        conn.execute(insert(rollups_table), inserts)
-    if updates:
-        conn.execute(_UPDATE_ROLLUP, updates)
+    executemany(conn, _INSERT_ROLLUP, inserts)
+    executemany(conn, _UPDATE_ROLLUP, updates)
 
 
 def state_rows(source: str, state: Mapping[str, Any], now: datetime) -> list[dict[str, Any]]:
@@ -247,11 +247,9 @@ def state_rows(source: str, state: Mapping[str, Any], now: datetime) -> list[dic
     return rows
 
 
-def upsert_state(conn: Connection, rows: list[dict[str, Any]]) -> None:
-    if not rows:
-        return
+def _upsert_state_stmt(conn: Connection) -> Any:
     stmt = dialect_insert(conn, state_table)
-    stmt = stmt.on_conflict_do_update(
+    return stmt.on_conflict_do_update(
         index_elements=["source", "key"],
         set_={
             "version": stmt.excluded.version,
@@ -259,7 +257,11 @@ def upsert_state(conn: Connection, rows: list[dict[str, Any]]) -> None:
             "updated_at": stmt.excluded.updated_at,
         },
     )
-    conn.execute(stmt, rows)
+
+
+def upsert_state(conn: Connection, rows: list[dict[str, Any]]) -> None:
+    if rows:
+        executemany(conn, dialect_statement(conn, "upsert_state", _upsert_state_stmt), rows)
 
 
 def write_checkpoint(
