@@ -4,14 +4,21 @@ A checkpoint over thousands of series writes tens of thousands of rows through a
 statements. ``Connection.execute(stmt, rows)`` spends most of its time per row, building
 each parameter set by name and running every column's bind processor (the UTC datetime's
 alone costs more than SQLite's insert). Here a statement is compiled once per dialect and
-its SQL text reused; each row becomes a tuple (SQLite) or a dict (psycopg) in one C call,
-and only the columns whose type has a bind processor run it: the same processors SQLAlchemy
-would call, so the database receives exactly the values it received before. A datetime
-column's processor is memoised per call, since a checkpoint's rows share few bucket starts.
+its SQL text reused; each row becomes a tuple in one C call, and only the columns whose type
+has a bind processor run it: the same processors SQLAlchemy would call, so the database
+receives exactly the values it received before. A datetime column's processor is memoised
+per call, since a checkpoint's rows share few bucket starts.
+
+SQLite runs the tuples through the driver's executemany (one prepared statement, a C loop).
+On PostgreSQL a plain INSERT (rows the caller knows are new: rollup rows it found missing
+under lock) goes by COPY, the server's bulk path; one with ON CONFLICT by psycopg's
+executemany (pipelined). A unique violation under COPY is the same race, and the same retry,
+as under INSERT (``store._retryable``).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
@@ -32,9 +39,10 @@ class _Plan:
     values: Callable[[Mapping[str, Any]], tuple[Any, ...]]  # a row's values in that order
     # (position, processor, memoise): only the columns that have a bind processor
     processors: tuple[tuple[int, Callable[[Any], Any], bool], ...]
-    positional: bool
+    copy: str | None  # PostgreSQL: COPY ... FROM STDIN for a plain INSERT
 
 
+_PYFORMAT = re.compile(r"%\(([^)]+)\)s")
 _PLANS: dict[tuple[Executable, str, str, tuple[str, ...]], _Plan] = {}
 
 
@@ -45,10 +53,26 @@ def _plan(dialect: Dialect, stmt: Executable, keys: tuple[str, ...]) -> _Plan:
     plan = _PLANS.get(cache_key)
     if plan is not None:
         return plan
-    compiled: Any = stmt.compile(dialect=dialect, column_keys=list(keys))
+    # for_executemany: no implicit RETURNING of an autoincrement key
+    compiled: Any = stmt.compile(dialect=dialect, column_keys=list(keys), for_executemany=True)
     if compiled.escaped_bind_names:
         raise ValueError("bulk statements take plain parameter names")
-    names = tuple(compiled.positiontup if dialect.positional else compiled.binds)
+    sql: str = compiled.string
+    copy = None
+    if dialect.positional:
+        names = tuple(compiled.positiontup)
+    elif dialect.paramstyle == "pyformat":
+        # Rewritten to positional %s: every dialect then takes the same tuples.
+        names = tuple(_PYFORMAT.findall(sql))
+        sql = _PYFORMAT.sub("%s", sql)
+        if getattr(stmt, "is_insert", False) and getattr(stmt, "_post_values_clause",
+                                                         None) is None:
+            table: Any = stmt.table  # type: ignore[attr-defined]
+            columns = ", ".join(dialect.identifier_preparer.quote(n) for n in names)
+            copy = f"COPY {dialect.identifier_preparer.format_table(table)} ({columns}) " \
+                "FROM STDIN"
+    else:
+        raise ValueError(f"unsupported paramstyle {dialect.paramstyle!r}")
     bind_types = {name: bind.type for name, bind in compiled.binds.items()}
     processors = tuple(
         (i, proc, isinstance(bind_types[name], UTCDateTime))
@@ -58,8 +82,7 @@ def _plan(dialect: Dialect, stmt: Executable, keys: tuple[str, ...]) -> _Plan:
     getter = itemgetter(*names)
     values: Callable[[Mapping[str, Any]], tuple[Any, ...]] = (
         getter if len(names) > 1 else lambda row: (getter(row),))
-    plan = _PLANS[cache_key] = _Plan(compiled.string, names, values, processors,
-                                     dialect.positional)
+    plan = _PLANS[cache_key] = _Plan(sql, names, values, processors, copy)
     return plan
 
 
@@ -86,9 +109,21 @@ def executemany(conn: Connection, stmt: Executable, rows: Sequence[Mapping[str, 
                     vals[i] = p
                 else:
                     vals[i] = proc(v)
-        params.append(tuple(vals) if plan.positional else dict(zip(plan.names, vals,
-                                                                     strict=True)))
-    conn.exec_driver_sql(plan.sql, params)
+        params.append(vals)
+    if plan.copy is None:
+        conn.exec_driver_sql(plan.sql, [tuple(p) for p in params])
+        return
+    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    try:
+        with cursor.copy(plan.copy) as copy:
+            for p in params:
+                copy.write_row(p)
+    except Exception as e:
+        # What conn.execute does with a driver error: a DBAPIError (the commit's retry
+        # and unavailability checks read it), the connection invalidated on a disconnect.
+        conn._handle_dbapi_exception(e, plan.copy, None, cursor, None)
+    finally:
+        cursor.close()
 
 
 _STATEMENTS: dict[tuple[str, str], Executable] = {}
