@@ -253,7 +253,10 @@ class BucketStats(OutcomeRates):
         """Inverse of :meth:`to_row`; accepts a mapping or a SQLAlchemy row."""
         # one C-level getter per group: checkpoints read back every touched row
         counters, floats, position, sketches = _BY_KEY if isinstance(row, dict) else _BY_ATTR
-        b = cls()
+        # Every slot is set below: not through __init__, whose five empty sketches would be
+        # built only to be replaced.
+        b = cls.__new__(cls)
+        b._buffers = tuple([] for _ in SKETCHES)
         for name, value in zip(COUNTERS, counters(row), strict=True):
             setattr(b, name, int(value or 0))
         for name, value in zip(FLOATS, floats(row), strict=True):
