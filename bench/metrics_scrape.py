@@ -33,6 +33,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
+from soak_traffic import SeriesSpreader, recent_events  # noqa: E402
 
 from alerts.alerting import Alerting  # noqa: E402
 from alerts.metrics import AlertMetrics  # noqa: E402
@@ -56,7 +57,6 @@ from monitor.sources.replay import replay  # noqa: E402
 from monitor.store.checkpoint import Checkpoint  # noqa: E402
 from monitor.store.db import create_if_new  # noqa: E402
 from monitor.store.store import Store  # noqa: E402
-from soak_traffic import SeriesSpreader, recent_events  # noqa: E402
 
 
 @dataclass

@@ -9,8 +9,8 @@ by the scrape that finds the judgements due, and a scrape waits for it at most `
 seconds, then renders the judgements it has (the previous ones, or none yet); a scrape that
 comes while a refresh runs waits for nothing. A small store is judged well within ``wait``,
 so there a scrape shows what it always did. The next refresh is due ``every`` seconds after
-the last one ended. A store that fails leaves the last judgements in place (logged), so a database blip does not
-blank the gauges.
+the last one ended. A store that fails leaves the last judgements in place (logged), so a
+database blip does not blank the gauges.
 
 Bounded: one change per (route, kind), the ``max_series`` most recent of them.
 """

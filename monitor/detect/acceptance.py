@@ -80,7 +80,8 @@ _VECTOR_MIN = 24  # shorter runs are cheaper request by request
 def on_grid(x: float) -> float:
     """``x`` rounded to the increments' grid (|x| < 2**19).
 
-    >>> on_grid(0.1) == 0.1, abs(on_grid(0.1) - 0.1) < 2.0**-33, on_grid(on_grid(0.1)) == on_grid(0.1)
+    >>> x = on_grid(0.1)
+    >>> x == 0.1, abs(x - 0.1) < 2.0**-33, on_grid(x) == x
     (False, True, True)
     """
     return (x + _GRID) - _GRID

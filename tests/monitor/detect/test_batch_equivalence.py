@@ -117,7 +117,8 @@ def test_the_traffic_exercises_every_path() -> None:
     assert {"acceptance_drop", "tokenizer_mismatch", "memory_contention",
             "telemetry_stale"} <= rules
     assert states == {"firing", "resolved"}
-    assert orjson.loads(_per_event()["changes"]), "the revision change is judged against its predecessor"
+    assert orjson.loads(_per_event()["changes"]), \
+        "the revision change is judged against its predecessor"
 
 
 # No shrinking: a failing grouping is already small to read, and each try replays the traffic.

@@ -19,8 +19,9 @@ from tests.monitor.store.helpers import T0, at, event, rollups_of
 def _series_rows(tag: str) -> list[dict[str, Any]]:
     # NUL and the escape character: SafeText's processor must run on PostgreSQL.
     return [
-        {"id": 100 * len(tag) + i, "key_hash": f"{tag}{i:062d}", "route": f"r\x00{i}\uffff", "target_model": "t",
-         "target_revision": "1", "target_tokenizer": "tok", "draft_model": "", "draft_revision": "",
+        {"id": 100 * len(tag) + i, "key_hash": f"{tag}{i:062d}", "route": f"r\x00{i}\uffff",
+         "target_model": "t", "target_revision": "1", "target_tokenizer": "tok",
+         "draft_model": "", "draft_revision": "",
          "draft_tokenizer": "", "method": "", "num_speculative_tokens": i,
          "first_seen_at": at(T0), "last_seen_at": at(T0 + 60 * i)}
         for i in range(5)
