@@ -101,12 +101,14 @@ class Router:
                 if route.partition != partition:
                     st.moved(route, partition)
                 route.partition = partition
-                dirty.add("route:" + name)
                 if deferred is None:
+                    dirty.add("route:" + name)
                     route_rules(route, e)
                 else:
                     pending = by_route.get(name)
                     if pending is None:
+                        # once per route and flush: nothing clears ``dirty`` inside a message
+                        dirty.add("route:" + name)
                         by_route[name] = (route, [key], [e])
                     else:
                         pending[1].append(key)
@@ -149,14 +151,15 @@ class Router:
                         self._flush(deferred, by_route)
                     ev.key = key + CHANGE
                     self.came_back(route, seg_id, segment, e)
-                dirty.add("segment:" + seg_id)
                 if ts > segment.last_ts:
                     segment.last_ts = ts
                 if deferred is None:
+                    dirty.add("segment:" + seg_id)
                     segment_rules(segment, e)
                 else:
                     waiting = deferred.get(seg_id)
                     if waiting is None:
+                        dirty.add("segment:" + seg_id)
                         deferred[seg_id] = (segment, [key], [e])
                     else:
                         waiting[1].append(key)
