@@ -21,6 +21,8 @@ from monitor.simulate import DEFAULT_ROUTES, Simulator, scenario_config
 from monitor.telemetry.event import Event
 from monitor.telemetry.parse import Parser
 
+from .many import take
+
 CHAT = next(r for r in DEFAULT_ROUTES if r.name == "chat")
 SMALL = {"window": 600.0, "bucket": 60.0, "min_requests": 10, "min_tokens": 200}
 
@@ -80,14 +82,7 @@ def in_groups(events: list[Event], params: dict[str, Any], sizes: list[int],
     while i < len(events):
         end = min(len(events), i + sizes[call % len(sizes)])
         call += 1
-        while i < end:
-            taken = m.update_many(events[i:end])
-            assert 1 <= taken <= end - i
-            i += taken
-            if m.changed:
-                flips.append((i - 1, *outputs(m)))
-            else:
-                assert i == end  # only a flip stops a call early
+        i = take(m, events, i, end, flips, outputs)
         if restarts and rnd.random() < 0.05:
             m = BreakevenMonitor.restore(orjson.loads(orjson.dumps(m.snapshot())))
     return flips, orjson.dumps(m.snapshot())

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from monitor.detect.throughput import ThroughputMonitor
 from monitor.telemetry.event import Event
 
+from .many import take
 from .test_throughput import simulate
 
 # small windows so that a few thousand events cross many buckets, fits and decisions
@@ -85,6 +86,10 @@ def one_by_one(events: list[Event], params: dict[str, Any], resets: set[int]
     return flips, orjson.dumps(m.snapshot())
 
 
+def _read(m: ThroughputMonitor) -> tuple[bool, bytes]:
+    return m.firing, orjson.dumps(m.evidence())
+
+
 def in_groups(events: list[Event], params: dict[str, Any], resets: set[int], sizes: list[int],
               seed: int) -> tuple[list[tuple[int, bool, bytes]], bytes]:
     """Calls of the given sizes (cycled), cut at the resets; restarts from a snapshot now and
@@ -99,14 +104,7 @@ def in_groups(events: list[Event], params: dict[str, Any], resets: set[int], siz
         end = min(len(events), i + sizes[call % len(sizes)])
         end = min([end, *(r for r in resets if i < r < end)])
         call += 1
-        while i < end:
-            taken = m.update_many(events[i:end])
-            assert 1 <= taken <= end - i
-            i += taken
-            if m.changed:
-                flips.append((i - 1, m.firing, orjson.dumps(m.evidence())))
-            else:
-                assert i == end  # only a flip stops a call early
+        i = take(m, events, i, end, flips, _read)
         if rnd.random() < 0.05:
             m = ThroughputMonitor.restore(orjson.loads(orjson.dumps(m.snapshot())))
     return flips, orjson.dumps(m.snapshot())
