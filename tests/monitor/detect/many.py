@@ -20,3 +20,20 @@ def take(m: Any, events: Sequence[Any], i: int, end: int, flips: list[Any],
         else:
             assert i == end  # only a flip stops a call early
     return i
+
+
+def observe_in_groups(detection: Any, events: Sequence[Any], groups: list[int] | None,
+                      drain_every: int, drain: Callable[[], None]) -> None:
+    """Feed ``detection`` one event per call (``groups`` None) or in calls of the given
+    sizes (cycled); ``drain()`` after the first call past every ``drain_every`` events, as
+    checkpoints do."""
+    sizes = [1] if groups is None else groups
+    i = calls = drained = 0
+    while i < len(events):
+        size = sizes[calls % len(sizes)]
+        detection.observe(0, events[i:i + size])
+        i += size
+        calls += 1
+        if i - drained >= drain_every:
+            drained = i
+            drain()

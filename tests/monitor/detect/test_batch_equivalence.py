@@ -27,6 +27,8 @@ from monitor.simulate.incidents import Incident
 from monitor.telemetry.event import Event
 from monitor.telemetry.parse import Parser
 
+from .many import observe_in_groups
+
 INCIDENTS = (
     "acceptance_shift:route=chat,at=40m,factor=0.8,for=40m",
     "revision_change:route=creative-writing,at=50m,factor=0.8",
@@ -81,19 +83,13 @@ def _run(groups: list[int] | None, *, batch_min: int = 32,
     records: list[Any] = []
     changes: dict[str, Any] = {}
     stored: dict[str, Any] = {}
-    sizes = [1] if groups is None else groups
-    i = calls = 0
-    drained = 0
-    while i < len(events):
-        size = sizes[calls % len(sizes)]
-        detection.observe(0, events[i:i + size])
-        i += size
-        calls += 1
-        if i - drained >= drain_every:
-            drained = i
-            records += detection.drain()
-            _upsert(changes, detection.drain_changes())
-            stored.update(detection.snapshot())
+
+    def drain() -> None:
+        records.extend(detection.drain())
+        _upsert(changes, detection.drain_changes())
+        stored.update(detection.snapshot())
+
+    observe_in_groups(detection, events, groups, drain_every, drain)
     records += detection.drain()
     return _outcome(detection, records, changes, stored)
 

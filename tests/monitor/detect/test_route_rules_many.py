@@ -33,6 +33,8 @@ from monitor.simulate.incidents import Incident
 from monitor.telemetry.event import Event
 from monitor.telemetry.parse import Parser
 
+from .many import observe_in_groups
+
 # -- random streams ----------------------------------------------------------------------------
 
 TARGET_REVS = ("t1", "t2")
@@ -260,17 +262,12 @@ def _run(groups: list[int] | None, overflow: bool, batch_min: int = 32,
     events = _traffic(overflow)
     records: list[Any] = []
     stored: dict[str, Any] = {}
-    sizes = [1] if groups is None else groups
-    i = calls = drained = 0
-    while i < len(events):
-        size = sizes[calls % len(sizes)]
-        detection.observe(0, events[i:i + size])
-        i += size
-        calls += 1
-        if i - drained >= drain_every:
-            drained = i
-            records += detection.drain()
-            stored.update(detection.snapshot())
+
+    def drain() -> None:
+        records.extend(detection.drain())
+        stored.update(detection.snapshot())
+
+    observe_in_groups(detection, events, groups, drain_every, drain)
     records += detection.drain()
     stored.update(detection.snapshot())
     return {"alerts": [r.to_line() for r in records],
