@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, Select, Text, bindparam, cast, select
+from sqlalchemy import Connection, Select, String, Text, bindparam, cast, select, type_coerce
 
 from monitor.aggregate.bucket import COUNTERS, FLOATS, OUTCOME_COUNTERS, SKETCHES, BucketStats
 from monitor.aggregate.outcome import OutcomeRates, cost_per_success
@@ -261,10 +261,11 @@ def series_of(conn: Connection, route: str | None) -> dict[int, SeriesKey]:
 
 
 def _in_range(columns: Sequence[Any], granularity: str, since: datetime | None,
-              until: datetime | None) -> Select[Any]:
+              until: datetime | None, start: Any = None) -> Select[Any]:
     check_range(granularity, since, until)
     r = rollups_table.c
-    stmt = select(r.series_id, r.bucket_start, *columns).where(r.granularity == granularity)
+    stmt = select(r.series_id, r.bucket_start if start is None else start, *columns).where(
+        r.granularity == granularity)
     if since is not None:
         stmt = stmt.where(r.bucket_start >= since)
     if until is not None:
@@ -273,11 +274,12 @@ def _in_range(columns: Sequence[Any], granularity: str, since: datetime | None,
 
 
 def per_series_statement(columns: Sequence[Any], granularity: str, since: datetime | None,
-                         until: datetime | None) -> Select[Any]:
+                         until: datetime | None, start: Any = None) -> Select[Any]:
     """``(series_id, bucket_start, *columns)`` of one series' rows in the range, by start;
-    the series id is the bound parameter ``sid``: a range of the primary key."""
+    the series id is the bound parameter ``sid``: a range of the primary key. ``start``
+    replaces the ``bucket_start`` column (:data:`RAW_START`)."""
     r = rollups_table.c
-    return (_in_range(columns, granularity, since, until)
+    return (_in_range(columns, granularity, since, until, start)
             .where(r.series_id == bindparam("sid")).order_by(r.bucket_start))
 
 
@@ -289,12 +291,14 @@ def rollup_rows(
     route: str | None,
     since: datetime | None,
     until: datetime | None,
+    start: Any = None,
 ) -> Iterator[tuple[SeriesKey, Any]]:
     """``(series_id, bucket_start, *columns)`` of the rollup rows of ``series`` in the range,
     each with its series key: for a route, one primary-key range (granularity, series,
     start) per series, in series order; without one, one pass over the range by the
-    (granularity, start) index. Not sorted across series."""
-    stmt = _in_range(columns, granularity, since, until)
+    (granularity, start) index. Not sorted across series. ``start`` replaces the
+    ``bucket_start`` column (:data:`RAW_START`)."""
+    stmt = _in_range(columns, granularity, since, until, start)
     if route is None or len(series) > PER_SERIES_MAX:
         for row in conn.execute(stmt):
             key = series.get(row[0])
@@ -302,7 +306,7 @@ def rollup_rows(
                 yield key, row
         return
     # One statement, compiled once (SQLAlchemy caches it by shape), run per series.
-    per_series = per_series_statement(columns, granularity, since, until)
+    per_series = per_series_statement(columns, granularity, since, until, start)
     for sid in sorted(series):
         key = series[sid]
         for row in conn.execute(per_series, {"sid": sid}):
@@ -329,9 +333,11 @@ def ratio_table(
     _check_sketches(sketches)
     check_range(granularity, since, until)
     r = rollups_table.c
-    # The ITL sketches as text (see RatioRow), the table's sketches decoded.
-    columns = [*(r[name] for name in _RATIO_COUNTERS), cast(r.itl_p50_ms, Text),
-               cast(r.itl_p99_ms, Text), *(r[n] for n in sketches)]
+    # Every column as the driver gives it: the start and the sketches skip SQLAlchemy's
+    # per-row result processing (a route's 30 days are 28,800 rows); the start is converted
+    # once per distinct value below, the sketches decoded only when a quantile is read.
+    columns = [*(r[name] for name in _RATIO_COUNTERS),
+               *(cast(r[n], Text) for n in ("itl_p50_ms", "itl_p99_ms", *sketches))]
     series = series_of(conn, route)
     # Sorted by key here rather than in SQL: string order must not depend on the server's
     # collation. Rows sort by (start, rank of their series), never comparing keys per row.
@@ -341,8 +347,10 @@ def ratio_table(
     keyed: list[tuple[datetime, int, RatioRow]] = []
     latency: dict[tuple[SeriesKey, datetime], Sketches] = {}
     new = RatioRow
-    for key, row in rollup_rows(conn, columns, granularity, series, route, since, until):
-        start = row[1]
+    starts = _Starts()
+    for key, row in rollup_rows(conn, columns, granularity, series, route, since, until,
+                                RAW_START):
+        start = starts[row[1]]
         keyed.append((start, rank[key], new(start, granularity, key, *row[2:p99 + 1],
                                             price_per_gpu_hour)))
         if sketches:
@@ -350,6 +358,31 @@ def ratio_table(
                 {n: StoredSketch(v) for n, v in zip(sketches, row[p99 + 1:], strict=True)})
     keyed.sort(key=_START_AND_RANK)
     return [t[2] for t in keyed], latency
+
+
+# ``bucket_start`` as the driver returns it: SQLite's text, PostgreSQL's aware datetime.
+RAW_START = type_coerce(rollups_table.c.bucket_start, String).label("bucket_start")
+
+
+class _Starts(dict[Any, datetime]):
+    """Raw start -> aware UTC datetime, as :class:`~monitor.store.coltypes.UTCDateTime`
+    reads it, each distinct value converted once (a route's rows share their hours)."""
+
+    def __missing__(self, raw: Any) -> datetime:
+        value = self[raw] = utc_start(raw)
+        return value
+
+
+def utc_start(raw: str | datetime) -> datetime:
+    """A stored start as an aware UTC datetime.
+
+    >>> utc_start("2026-11-01 05:00:00.000000")
+    datetime.datetime(2026, 11, 1, 5, 0, tzinfo=datetime.timezone.utc)
+    """
+    value = datetime.fromisoformat(raw) if isinstance(raw, str) else raw
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
 
 
 _START_AND_RANK = operator.itemgetter(0, 1)
@@ -365,13 +398,21 @@ def _check_sketches(names: Sequence[str]) -> None:
 
 
 class StoredSketch:
-    """A sketch as stored (its JSON form), for reading quantiles off without decoding it."""
+    """A sketch as stored (its JSON form, or that form's text), for reading quantiles off
+    without building the histogram."""
 
-    __slots__ = ("_running", "data")
+    __slots__ = ("_data", "_running")
 
-    def __init__(self, data: dict[str, Any] | None) -> None:
-        self.data = data
+    def __init__(self, data: str | dict[str, Any] | None) -> None:
+        self._data = data
         self._running: list[int] | None = None
+
+    @property
+    def data(self) -> dict[str, Any] | None:
+        data = self._data
+        if isinstance(data, str):  # decoded on the first read, once
+            data = self._data = orjson.loads(data)
+        return data
 
     def quantile(self, q: float) -> float | None:
         data = self.data
@@ -741,21 +782,84 @@ def _format_ratios(rows: list[RatioRow], fmt: str, columns: Sequence[str] | None
                    latency: Latency | None) -> str:
     if fmt == "json":
         # One array, one object per line: valid JSON that still diffs and greps by row.
-        objs = [
-            json.dumps({c: _json_value(r, c) for c in COLUMNS}, ensure_ascii=False) for r in rows
-        ]
+        objs = _json_objects(rows)
         return "[\n" + ",\n".join(objs) + "\n]\n" if objs else "[]\n"
     if fmt == "csv":
-        buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        # The writer quotes a field holding "\n" but not a lone "\r", which every reader
-        # takes for a line break: such rows are written fully quoted instead.
-        quoted = csv.writer(buf, lineterminator="\n", quoting=csv.QUOTE_ALL)
-        w.writerow(COLUMNS)
-        for r in rows:
-            values = [_text_value(r, c) for c in COLUMNS]
-            (quoted if any("\r" in v for v in values) else w).writerow(values)
-        return buf.getvalue()
+        return _csv(rows)
     if fmt == "table":
         return _table(rows) if columns is None else _chosen_table(rows, columns, latency or {})
     raise ValueError(f"format must be one of {', '.join(FORMATS)}: {fmt!r}")
+
+
+# --- JSON and CSV of many rows -------------------------------------------------------------
+# A route's 30 days of hours are 28,800 rows of 42 fields: what varies by row is the start
+# and the numbers; the series key and the granularity repeat over a series' rows, so their
+# text is made once per series and each row fills in its numbers.
+
+_SERIES_FIELDS = frozenset(SeriesKey._fields) | {"granularity"}
+# The fields that vary by row, bucket_start aside, in COLUMNS order.
+_NUMBERS = tuple(c for c in COLUMNS[1:] if c not in _SERIES_FIELDS)
+_get_numbers = operator.attrgetter(*_NUMBERS)
+
+
+def _json_objects(rows: Sequence[RatioRow]) -> list[str]:
+    """Each row as ``json.dumps({c: _json_value(r, c) for c in COLUMNS},
+    ensure_ascii=False)`` writes it, byte for byte, from a per-series template: ``%s`` of an
+    int or a finite float is its JSON text (``str`` of a float is its ``repr``, as in
+    ``json``); None and the non-finite floats are spelled out first."""
+    templates: dict[tuple[SeriesKey, str], str] = {}
+    starts: dict[datetime, str] = {}
+    out = []
+    for r in rows:
+        series = (r.series, r.granularity)
+        template = templates.get(series)
+        if template is None:
+            template = templates[series] = _json_template(r)
+        start = starts.get(r.bucket_start)
+        if start is None:
+            start = starts[r.bucket_start] = json.dumps(rfc3339(r.bucket_start))
+        out.append(template % (start, *[
+            "null" if v is None else v if v.__class__ is not float or v - v == 0.0
+            else json.dumps(v) for v in _get_numbers(r)]))
+    return out
+
+
+def _json_template(row: RatioRow) -> str:
+    """``row``'s JSON object with ``%s`` for its start and numbers, its series' text in
+    place (``%`` in it doubled)."""
+    parts = []
+    for c in COLUMNS:
+        if c in _SERIES_FIELDS:
+            text = json.dumps(_json_value(row, c), ensure_ascii=False).replace("%", "%%")
+        else:
+            text = "%s"
+        parts.append(f"{json.dumps(c)}: {text}")
+    return "{" + ", ".join(parts) + "}"
+
+
+_get_fields = operator.attrgetter(*COLUMNS[1:])
+
+
+def _csv(rows: Sequence[RatioRow]) -> str:
+    """The rows as CSV with a header. The writer spells each value as :func:`_text_value`
+    does (``str``, a float's ``repr``, None as empty), so values go to it as they are."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    # The writer quotes a field holding "\n" but not a lone "\r", which every reader
+    # takes for a line break: such rows are written fully quoted instead.
+    quoted = csv.writer(buf, lineterminator="\n", quoting=csv.QUOTE_ALL)
+    w.writerow(COLUMNS)
+    writers: dict[tuple[SeriesKey, str], Any] = {}
+    for r in rows:
+        series = (r.series, r.granularity)
+        write = writers.get(series)
+        if write is None:  # only the series' strings can hold a "\r"
+            texts = [_text_value(r, c) for c in _SERIES_FIELDS]
+            write = writers[series] = (quoted if any("\r" in v for v in texts) else w).writerow
+        write((_bucket_rfc3339(r.bucket_start), *_get_fields(r)))
+    return buf.getvalue()
+
+
+@functools.lru_cache(maxsize=4096)  # a table's rows share a few hundred bucket starts
+def _bucket_rfc3339(start: datetime) -> str:
+    return rfc3339(start)

@@ -1,0 +1,133 @@
+"""The fast paths of ``specwatch ratios`` and ``/api/v1/ratios`` (raw reads, per-series
+JSON and CSV templates) give exactly what the plain ones gave, on random rows and on a
+random store."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import random
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from sqlalchemy import select
+
+from monitor.aggregate.series import SeriesKey
+from monitor.store import Store, format_ratios
+from monitor.store.query import (
+    _RATIO_COUNTERS,
+    COLUMNS,
+    NARROW_COLUMNS,
+    RatioRow,
+    _json_value,
+    _text_value,
+    sketches_for,
+    utc_start,
+)
+from monitor.store.tables import rollups_table, series_table
+from tests.monitor.store.helpers import T0, checkpoint, event
+
+# Strings that JSON escapes, that CSV quotes, that %-formatting would read, and empty ones
+# (the optional fields' "absent").
+_ODD = ["", "code", "50% off", "%s%%", 'say "hi"', "back\\slash", "a,b", "line\nbreak",
+        "cr\ronly", "tab\t", "\x00nul", "\u2028sep", "日本語", "emoji 🚀", "\u202eevil"]
+_FLOATS = [0.0, -0.0, 1.5, 1e16, 1e-05, 123.456789, float("nan"), float("inf"), -float("inf")]
+
+
+def _plain_json(rows: list[RatioRow]) -> str:
+    """What format_ratios(rows, "json") wrote before the templates."""
+    objs = [json.dumps({c: _json_value(r, c) for c in COLUMNS}, ensure_ascii=False)
+            for r in rows]
+    return "[\n" + ",\n".join(objs) + "\n]\n" if objs else "[]\n"
+
+
+def _plain_csv(rows: list[RatioRow]) -> str:
+    """What format_ratios(rows, "csv") wrote before the per-series writers."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    quoted = csv.writer(buf, lineterminator="\n", quoting=csv.QUOTE_ALL)
+    w.writerow(COLUMNS)
+    for r in rows:
+        values = [_text_value(r, c) for c in COLUMNS]
+        (quoted if any("\r" in v for v in values) else w).writerow(values)
+    return buf.getvalue()
+
+
+def _random_rows(rng: random.Random, n: int) -> list[RatioRow]:
+    keys = [SeriesKey(*(rng.choice(_ODD) for _ in range(8)), rng.choice([0, 3, 5]))
+            for _ in range(6)]
+    start = datetime(2026, 11, 2, tzinfo=UTC)
+    rows = []
+    for i in range(n):
+        counters = [rng.choice([0, 1, 7, 12345, 2**40]) for _ in _RATIO_COUNTERS[:-3]]
+        floats = [rng.choice(_FLOATS) for _ in range(3)]
+        rows.append(RatioRow(
+            start + timedelta(hours=i // 3, microseconds=rng.choice([0, 0, 250])),
+            rng.choice(["hour", "minute"]), rng.choice(keys), *counters, *floats,
+            price_per_gpu_hour=rng.choice([None, 2.5, 0.0])))
+    return rows
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_json_and_csv_are_the_plain_ones_byte_for_byte(seed: int) -> None:
+    rows = _random_rows(random.Random(seed), 300)
+    assert format_ratios(rows, "json") == _plain_json(rows)
+    assert format_ratios(rows, "csv") == _plain_csv(rows)
+    assert format_ratios([], "json") == _plain_json([])
+    assert format_ratios([], "csv") == _plain_csv([])
+
+
+def test_a_raw_start_reads_as_the_typed_column_does() -> None:
+    assert utc_start("2026-11-02 22:00:00.000000") == datetime(2026, 11, 2, 22, tzinfo=UTC)
+    assert utc_start("2026-11-02 22:00:00.000250").microsecond == 250
+    eastern = datetime(2026, 11, 2, 17, tzinfo=UTC).astimezone(timezone(timedelta(hours=-5)))
+    assert utc_start(eastern) == datetime(2026, 11, 2, 17, tzinfo=UTC)
+    assert utc_start(eastern).tzinfo is UTC
+
+
+def _random_store(store: Store, seed: int) -> None:
+    rng = random.Random(seed)
+    routes = ["code", "chat", "50% off", 'q"uote', "日本"]
+    evs = []
+    for i in range(800):
+        drafted = rng.randrange(0, 20)
+        evs.append(event(f"e{i}", T0 + rng.uniform(0, 3 * 3600), rng.choice(routes),
+                         drafted=drafted, accepted=rng.randrange(0, drafted + 1),
+                         ttft_ms=rng.lognormvariate(4.5, 0.6),
+                         e2e_ms=rng.lognormvariate(6.5, 0.8),
+                         draft_revision=rng.choice(["d1", "d2"])))
+    store.commit(checkpoint(evs, next_offset=len(evs)))
+
+
+def _typed_starts(store: Store, granularity: str) -> set[tuple[int, datetime]]:
+    r = rollups_table.c
+    with store.engine.connect() as conn:
+        return {(row[0], row[1]) for row in conn.execute(
+            select(r.series_id, r.bucket_start).where(r.granularity == granularity))}
+
+
+def test_the_raw_read_is_the_typed_one_on_a_random_store(store: Store) -> None:
+    """Starts read raw equal SQLAlchemy's typed reads; every format of the rows equals the
+    plain formats; the table's quantiles equal the decoded histograms'."""
+    _random_store(store, 5)
+    for granularity in ("minute", "hour"):
+        rows, latency = store.ratio_table(sketches_for((*NARROW_COLUMNS, "e2e_p99")),
+                                          granularity=granularity)
+        assert rows and all(r.bucket_start.tzinfo is UTC for r in rows)
+        with store.engine.connect() as conn:
+            ids = {SeriesKey(*row[1:]): row[0] for row in conn.execute(
+                select(series_table.c.id, *(series_table.c[n] for n in SeriesKey._fields)))}
+        assert {(ids[r.series], r.bucket_start) for r in rows} == _typed_starts(
+            store, granularity)
+        assert format_ratios(rows, "json") == _plain_json(rows)
+        assert format_ratios(rows, "csv") == _plain_csv(rows)
+        full = store.buckets(granularity=granularity)
+        columns = (*NARROW_COLUMNS, "e2e_p99")
+        assert (format_ratios(rows, "table", columns=columns, latency=latency)
+                == format_ratios(rows, "table", columns=columns, latency=full))
+        for key, sketches in latency.items():
+            for q in (0.0, 0.5, 0.99, 1.0):
+                got, want = sketches.ttft_ms.quantile(q), full[key].ttft_ms.quantile(q)
+                assert got == want or (got is not None and math.isclose(got, want))
