@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -223,7 +223,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
 # -- parser ----------------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
+# The commands defined in this module: a command line naming one of them needs no other
+# command's parser, and building those imports their packages (numpy for simulate, the
+# adapters...): about half a second of `specwatch ratios`'s start-up.
+OWN_COMMANDS = frozenset({"run", "replay", "ratios", "db", "demo"})
+
+
+def build_parser(*, own_only: bool = False) -> argparse.ArgumentParser:
+    """The whole command line; with ``own_only``, only :data:`OWN_COMMANDS` (for a command
+    line that names one of them: see :func:`main`)."""
     parser = argparse.ArgumentParser(
         prog="specwatch",
         description="Is speculative decoding still paying for itself, per route?",
@@ -297,7 +305,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--incident-after", type=parse_duration, default=60.0, metavar="DURATION",
                    help="when the scripted draft-drift incident starts (default: 60s)")
     p.set_defaults(func=cmd_demo)
+    if not own_only:
+        _register_others(sub, with_config)
+    return parser
 
+
+def _register_others(sub: Any, with_config: Callable[[argparse.ArgumentParser], None]) -> None:
     from monitor.adapters.cli import register as register_adapt
     from monitor.api.cli import register as register_api
     from monitor.cli_alerting import register as register_alerting
@@ -319,11 +332,11 @@ def build_parser() -> argparse.ArgumentParser:
     register_report(sub, with_config, _config)
     register_api(sub, with_config, _config)
     register_proxy(sub, with_config, _config)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(own_only=bool(argv) and argv[0] in OWN_COMMANDS).parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except SpecwatchError as e:
