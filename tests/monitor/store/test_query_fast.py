@@ -11,21 +11,26 @@ import math
 import random
 from datetime import UTC, datetime, timedelta, timezone
 
+import orjson
 import pytest
 from sqlalchemy import select
 
 from monitor.aggregate.series import SeriesKey
+from monitor.aggregate.sketch import LogHistogram, quantile_of
+from monitor.jsonable import json_text
 from monitor.store import Store, format_ratios
 from monitor.store.query import (
     _RATIO_COUNTERS,
     COLUMNS,
     NARROW_COLUMNS,
     RatioRow,
+    StoredSketch,
     _json_value,
     _text_value,
     sketches_for,
     utc_start,
 )
+from monitor.store.sketch_columns import SketchColumn
 from monitor.store.tables import rollups_table, series_table
 from tests.monitor.store.helpers import T0, checkpoint, event
 
@@ -131,3 +136,35 @@ def test_the_raw_read_is_the_typed_one_on_a_random_store(store: Store) -> None:
             for q in (0.0, 0.5, 0.99, 1.0):
                 got, want = sketches.ttft_ms.quantile(q), full[key].ttft_ms.quantile(q)
                 assert got == want or (got is not None and math.isclose(got, want))
+
+
+def _random_sketch(rng: random.Random) -> LogHistogram:
+    h = LogHistogram()
+    for _ in range(rng.choice([0, 1, 2, 5, 60, 400])):
+        h.update(rng.choice([0.0, rng.uniform(0.001, 1.0), rng.lognormvariate(4.0, 2.0)]))
+    return h
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_sketch_columns_quantiles_are_each_sketchs(seed: int) -> None:
+    """SketchColumn reads every quantile of a column of stored texts as quantile_of reads
+    each decoded sketch (zeros, keys below 1, empty sketches, rows without one); any row
+    not in the store's layout sends the column back to StoredSketch, value for value."""
+    rng = random.Random(seed)
+    sketches = [_random_sketch(rng) for _ in range(300)]
+    texts: list[str | None] = [json_text(h.to_json()) for h in sketches]
+    texts[3] = None
+    odd = list(texts)
+    odd[7] = json.dumps(sketches[7].to_json())  # another layout (spaces)
+    for column_texts in (texts, odd):
+        stored = [None if t is None else StoredSketch(t) for t in column_texts]
+        column = SketchColumn([None if s is None else s.raw for s in stored], stored)
+        parsed = [f is not None
+                  for f, t in zip(column._parsed, column_texts, strict=True) if t is not None]
+        assert all(parsed) if column_texts is texts else not any(parsed)
+        for q in (0.0, 0.01, 0.5, 0.9, 0.99, 0.999, 1.0):
+            want = [None if t is None else quantile_of(orjson.loads(t), q)
+                    for t in column_texts]
+            assert column.quantiles(q) == want
+    with pytest.raises(ValueError):
+        SketchColumn(texts, [None] * len(texts)).quantiles(1.5)
