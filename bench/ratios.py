@@ -15,6 +15,9 @@ Then, timed (median of ``--repeat`` runs, each on a new connection):
   ``/api/v1/ratios`` call, for the whole 30 days and for the last day;
 - what `specwatch ratios --route R --granularity hour` does for its default (narrow) table:
   the same rows, the bucket sketches for the TTFT quantiles beside them, and the text;
+- the command itself, ``python -m monitor ratios --route R --granularity hour``, as a
+  process end to end (start-up and imports included: what a user waits for), its CPU
+  seconds from ``os.wait4``;
 - the database's plan for the query (it must search by index, not scan the table).
 
     PYTHONPATH=. python bench/ratios.py                     # 10,000 series, 30 days, SQLite
@@ -25,7 +28,9 @@ Then, timed (median of ``--repeat`` runs, each on a new connection):
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -158,6 +163,24 @@ def timed(url: str, route: str, since: datetime, repeat: int, *,
     return statistics.median(times), statistics.median(cpu), rows
 
 
+def cli_process(url: str, route: str, since: datetime, repeat: int) -> tuple[float, float]:
+    """Median wall and CPU seconds of the `specwatch ratios --route` process (this tree's)."""
+    root = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, "-m", "monitor", "ratios", "--route", route, "--granularity",
+           "hour", "--db", url, "--since", since.isoformat()]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    times, cpu = [], []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.DEVNULL)
+        _, status, usage = os.wait4(proc.pid, 0)
+        if status != 0:
+            raise RuntimeError(f"{' '.join(cmd)} exited with status {status}")
+        times.append(time.perf_counter() - started)
+        cpu.append(usage.ru_utime + usage.ru_stime)
+    return statistics.median(times), statistics.median(cpu)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--series", type=int, default=10_000)
@@ -209,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
                     what = "the CLI's table" if formatted else "Store.ratios"
                     print(f"{route} ({per_route} series), hourly, {label}: {rows:,} rows, "
                           f"{what}: {secs:.3f} s, CPU {cpu:.3f} s (medians of {args.repeat})")
+            secs, cpu = cli_process(url, route, START, args.repeat)
+            print(f"{route}, hourly, {args.days} days, `specwatch ratios --route` as a process: "
+                  f"{secs:.3f} s, CPU {cpu:.3f} s (medians of {args.repeat})")
             print("plan:")
             for line in plan(url, route, START):
                 print(f"  {line}")
