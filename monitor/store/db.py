@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import inspect
 import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from alembic.script.revision import RevisionError
-from alembic.util.exc import CommandError
-from sqlalchemy import URL, Connection, Engine, create_engine, event
+from sqlalchemy import URL, Connection, Engine, create_engine, event, text
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
@@ -30,6 +26,12 @@ from monitor.store.exceptions import (
     StoreError,
     StoreUnavailableError,
 )
+
+# Alembic is imported inside the functions that use it: importing it costs ~0.1 s (it loads
+# every dialect's DDL, autogenerate and mako with pygments), which every command paid even
+# when it only reads.
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
 
@@ -303,6 +305,8 @@ def migrations_dir() -> str:
 
 
 def _alembic_config(connection: Connection | None = None) -> Config:
+    from alembic.config import Config
+
     cfg = Config()
     # ConfigParser interpolates '%': escape it in the path.
     cfg.set_main_option("script_location", migrations_dir().replace("%", "%%"))
@@ -313,6 +317,8 @@ def _alembic_config(connection: Connection | None = None) -> Config:
 
 def head_revision() -> str:
     """The schema revision this build needs."""
+    from alembic.script import ScriptDirectory
+
     head = ScriptDirectory.from_config(_alembic_config()).get_current_head()
     if head is None:
         raise StoreError("the migrations package has no revision")
@@ -325,6 +331,8 @@ def current_revision(engine_or_url: Engine | str, *, display_url: str | None = N
 
     A database that cannot be opened is a one-line :class:`StoreError` (see :func:`opening`).
     """
+    from alembic.runtime.migration import MigrationContext
+
     engine = make_engine(engine_or_url) if isinstance(engine_or_url, str) else engine_or_url
     try:
         with opening(engine, _shown(engine_or_url, display_url)), \
@@ -337,6 +345,8 @@ def current_revision(engine_or_url: Engine | str, *, display_url: str | None = N
 
 def upgrade(url: str, revision: str = "head") -> None:
     """Migrate the database at ``url`` to ``revision``, in one transaction."""
+    from alembic import command
+
     engine = make_engine(url)
     try:
         with opening(engine, redact_url(url)), engine.begin() as conn:
@@ -353,6 +363,8 @@ def create_if_new(url: str) -> bool:
     with someone's data (:func:`check_migrated` refuses it with the way out). The check and
     the migration are one transaction, so two processes cannot both migrate it.
     """
+    from alembic import command
+
     engine = make_engine(url)
     try:
         with opening(engine, redact_url(url)), engine.begin() as conn:
@@ -364,17 +376,88 @@ def create_if_new(url: str) -> bool:
         engine.dispose()
 
 
+_VERSION_TABLE = "alembic_version"  # MigrationContext's default, which current_revision uses
+_REVISION_NAMES = frozenset({"revision", "down_revision", "branch_labels", "depends_on"})
+
+
+@cache  # the revision scripts shipped with this build do not change while it runs
+def _head_from_sources() -> str | None:
+    """The head revision read from the revision scripts' source, as :func:`head_revision`
+    has it, or ``None`` when a script is not the plain linear form (string ``revision``,
+    string or ``None`` ``down_revision``, no branch labels) or there is not exactly one head:
+    then only Alembic can say.
+    """
+    versions = Path(migrations_dir()) / "versions"
+    revisions: set[str] = set()
+    parents: set[str] = set()
+    # The files Alembic reads: *.py in versions/, not __init__ nor an editor's .# lock file.
+    for path in sorted(versions.glob("*.py")):
+        if path.name.startswith(("__init__", ".#")):
+            continue
+        names: dict[str, object] = {}
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                target, value = node.target.id, node.value
+            elif (isinstance(node, ast.Assign) and len(node.targets) == 1
+                  and isinstance(node.targets[0], ast.Name)):
+                target, value = node.targets[0].id, node.value
+            else:
+                continue
+            if target not in _REVISION_NAMES:
+                continue
+            if not isinstance(value, ast.Constant):
+                return None
+            names[target] = value.value
+        revision, parent = names.get("revision"), names.get("down_revision")
+        if (not isinstance(revision, str) or revision in revisions
+                or not (parent is None or isinstance(parent, str))
+                or names.get("branch_labels") is not None):
+            return None
+        revisions.add(revision)
+        if parent is not None:
+            parents.add(parent)
+    heads = revisions - parents
+    return heads.pop() if len(heads) == 1 and parents <= revisions else None
+
+
+def _at_head_without_alembic(engine_or_url: Engine | str, display_url: str | None) -> bool:
+    """Whether the database's version table holds exactly the head revision, read with plain
+    SQL; ``False`` means "ask Alembic", not "not migrated"."""
+    head = _head_from_sources()
+    if head is None:
+        return False
+    engine = make_engine(engine_or_url) if isinstance(engine_or_url, str) else engine_or_url
+    try:
+        with opening(engine, _shown(engine_or_url, display_url)), \
+                engine.connect().execution_options(**{READ_ONLY: True}) as conn:
+            if not sa_inspect(conn).has_table(_VERSION_TABLE):
+                return False
+            rows = conn.execute(text(f"SELECT version_num FROM {_VERSION_TABLE}")).all()
+            return [tuple(r) for r in rows] == [(head,)]
+    finally:
+        if isinstance(engine_or_url, str):
+            engine.dispose()
+
+
 def check_migrated(engine_or_url: Engine | str, *, display_url: str | None = None) -> None:
     """Raise :class:`NotMigratedError` unless the database is at :func:`head_revision`.
 
     ``display_url`` is the URL as the user wrote it, for the message (it is redacted here).
     """
     shown = _shown(engine_or_url, display_url)
+    # Every Store opens with this check: confirm the usual case (one row, at the head) without
+    # importing Alembic; anything else goes through Alembic for its verdict and message.
+    if _at_head_without_alembic(engine_or_url, display_url):
+        return
     head = head_revision()
     current = current_revision(engine_or_url, display_url=display_url)
     if current == head:
         return
     if current is not None:
+        from alembic.script import ScriptDirectory
+        from alembic.script.revision import RevisionError
+        from alembic.util.exc import CommandError
+
         try:
             known = ScriptDirectory.from_config(_alembic_config()).get_revision(current)
         except (CommandError, RevisionError):

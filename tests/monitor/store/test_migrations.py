@@ -14,6 +14,7 @@ from sqlalchemy.engine import make_url
 from monitor.store import NotMigratedError, Store
 from monitor.store.db import (
     READ_ONLY,
+    _head_from_sources,
     check_migrated,
     current_revision,
     head_revision,
@@ -64,6 +65,21 @@ def test_database_from_a_newer_build_is_refused(migrated_url: str) -> None:
         conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
     engine.dispose()
     with pytest.raises(NotMigratedError, match="9999, which this build does not know"):
+        Store(migrated_url)
+
+
+def test_the_head_read_from_the_scripts_is_alembics() -> None:
+    # check_migrated confirms a database at the head without Alembic, from this reading.
+    assert _head_from_sources() == head_revision()
+
+
+def test_database_at_an_older_revision_is_refused(migrated_url: str) -> None:
+    engine = make_engine(migrated_url)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '0006'"))
+    engine.dispose()
+    with pytest.raises(NotMigratedError, match=f"at revision 0006, this build needs "
+                                               f"{head_revision()}"):
         Store(migrated_url)
 
 
