@@ -14,7 +14,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from monitor import heap
 from monitor.config import Config, load_config, parse_duration
 from monitor.exceptions import SpecwatchError
 from monitor.times import parse_time_arg
@@ -51,6 +50,8 @@ def _listen(value: str) -> tuple[str, int]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    # heap (ctypes) is imported by the commands that settle the heap, not by every command.
+    from monitor import heap
     from monitor.app import Application
 
     config = _config(args)
@@ -75,6 +76,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from alerts.metrics import AlertMetrics
     from alerts.outfile import AlertsFile
     from alerts.sinks import build_sinks
+    from monitor import heap
     from monitor.aggregate.guard import CardinalityGuard
     from monitor.deadletter import CountingDeadLetter, FileDeadLetter
     from monitor.detect.engine import Detection

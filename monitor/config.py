@@ -26,7 +26,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -452,13 +451,19 @@ def read_mapping(path: Path, what: str = "config file") -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"cannot read {what} {path}: {e.strerror or e}") from None
-    try:
-        if path.suffix == ".toml":
+    if path.suffix == ".toml":
+        try:
             data = tomllib.loads(text)
-        else:
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"cannot parse {what} {path}: {e}") from None
+    else:
+        # Imported here: PyYAML costs ~0.05 s and most commands run without a config file.
+        import yaml
+
+        try:
             data = yaml.safe_load(text)
-    except (tomllib.TOMLDecodeError, yaml.YAMLError) as e:
-        raise ConfigError(f"cannot parse {what} {path}: {e}") from None
+        except yaml.YAMLError as e:
+            raise ConfigError(f"cannot parse {what} {path}: {e}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
