@@ -17,6 +17,8 @@ from __future__ import annotations
 import ast
 import importlib
 import pkgutil
+import subprocess
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -348,3 +350,33 @@ def test_sql_only_inside_the_store_package() -> None:
              if not any(_under(name, p) for p in SQL_PACKAGES)
              for hit in sql_imports(name, path.read_text(encoding="utf-8"))]
     assert not found, "SQLAlchemy used outside monitor/store/:\n" + "\n".join(found)
+
+
+# What the command line must not import before a command needs it: each costs start-up time
+# on every invocation (``specwatch ratios`` included). A lazy import made eager again fails
+# here instead of silently slowing every command down.
+CLI_LAZY = ("alembic", "yaml", "ctypes")
+
+
+def test_the_command_line_imports_no_migration_or_yaml_machinery() -> None:
+    code = ("import sys, monitor.cli\n"
+            f"print(' '.join(m for m in {CLI_LAZY!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert not out, f"import monitor.cli imports {out}: import them where they are used"
+
+
+def test_opening_a_migrated_store_does_not_import_alembic(tmp_path: Path) -> None:
+    """Every read command opens a Store, whose migration check reads the version row with
+    plain SQL when the database is at the head (monitor/store/db.py)."""
+    from monitor.store.db import upgrade
+
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    upgrade(url)
+    code = ("import sys\n"
+            "from monitor.store.store import Store\n"
+            f"Store({url!r}).close()\n"
+            "print('alembic' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout.strip()
+    assert out == "False"
