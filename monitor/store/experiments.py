@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select
 
-from monitor.aggregate.bucket import COUNTERS, FLOATS, SKETCHES, BucketStats
+from monitor.aggregate.bucket import BUCKET_ROWS, COUNTERS, FLOATS, SKETCHES, BucketStats
 from monitor.aggregate.series import SeriesKey
 from monitor.store.checkpoint import EXPERIMENT_BUCKET
 from monitor.store.hourly import merge_hourly, run_merged
@@ -23,6 +23,7 @@ from monitor.store.series_ids import series_key_of
 from monitor.store.tables import experiment_rollups_table, series_table
 
 ExperimentKey = tuple[str, str, SeriesKey, int]  # experiment, arm, series, bucket start
+Row = dict[str, Any]  # BucketStats.to_row() form
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,15 +63,15 @@ def hour_of(ts: float) -> int:
     return t - t % EXPERIMENT_BUCKET
 
 
-def fold_hours(deltas: Mapping[ExperimentKey, BucketStats]) -> dict[ExperimentKey, BucketStats]:
-    """``deltas`` keyed by their hour, merged; the caller's objects are never mutated."""
-    out: dict[ExperimentKey, BucketStats] = {}
+def fold_hours(deltas: Mapping[ExperimentKey, BucketStats]) -> dict[ExperimentKey, Row]:
+    """``deltas`` keyed by their hour, merged, as rows (``to_row()`` form); the caller's
+    objects are never changed (beyond folding their buffered latencies into sketches)."""
+    out: dict[ExperimentKey, Row] = {}
     for (name, arm, key, ts), stats in deltas.items():
         k = (name, arm, key, hour_of(ts))
+        row = stats.to_row()
         acc = out.get(k)
-        if acc is None:
-            out[k] = acc = BucketStats()
-        acc.merge(stats)
+        out[k] = row if acc is None else BUCKET_ROWS.add(acc, row)
     return out
 
 
@@ -84,16 +85,16 @@ def write_experiments(
     utc: Any,
 ) -> None:
     """Read-merge-write the touched rows (as ``writer.merge_rollups`` does for rollups)."""
-    groups: dict[tuple[str, str], dict[tuple[int, int], BucketStats]] = {}
-    for (name, arm, key, start), stats in fold_hours(deltas).items():
-        groups.setdefault((name, arm), {})[(ids[key], start)] = stats
+    groups: dict[tuple[str, str], dict[tuple[int, int], Row]] = {}
+    for (name, arm, key, start), row in fold_hours(deltas).items():
+        groups.setdefault((name, arm), {})[(ids[key], start)] = row
     inserts: list[dict[str, Any]] = []
     updates: list[dict[str, Any]] = []
     # Sorted: concurrent writers lock shared rows in one order.
     for (name, arm), rows in sorted(groups.items()):
         fixed = {"experiment_hash": name_hash(name), "arm_hash": name_hash(arm)}
         ins, upd = merge_hourly(conn, experiment_rollups_table, fixed, rows,
-                                {"experiment": name, "arm": arm}, BucketStats.from_row, utc)
+                                {"experiment": name, "arm": arm}, BUCKET_ROWS, utc)
         inserts += ins
         updates += upd
     run_merged(conn, experiment_rollups_table, ("experiment_hash", "arm_hash"), inserts,

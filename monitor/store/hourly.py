@@ -1,19 +1,29 @@
-"""Read-merge-write of hourly rows keyed by (some fixed columns, series, hour): the A/B arm
-rollups and the policy's slice rollups share it (``writer.merge_rollups`` is the same idea
-for the minute/hour/day rollups)."""
+"""Read-merge-write of rows keyed by (some fixed columns, series, bucket start): the
+minute/hour/day rollups, the A/B arm rollups and the policy's slice rollups share it.
+
+Rows travel in their ``to_row()`` form and are added by a
+:class:`~monitor.aggregate.rows.RowAdder`: a checkpoint over thousands of series reads back
+and rewrites every touched hour and day row, and building statistics objects from them
+(five sketches each) used to be most of its cost.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Table, bindparam, insert, select, update
+import orjson
+from sqlalchemy import Connection, Table, bindparam, insert, select, type_coerce, update
+from sqlalchemy.types import JSON, NullType
 
+from monitor.aggregate.rows import RowAdder
 from monitor.store.bulk import executemany
 from monitor.store.series_ids import chunks
 
-__all__ = ["merge_hourly", "run_merged"]
+__all__ = ["merge_hourly", "read_stored", "run_merged"]
 
+RowKey = tuple[int, int]  # series id, bucket start (Unix seconds)
 
 _STATEMENTS: dict[tuple[str, str, tuple[str, ...]], Any] = {}
 
@@ -27,6 +37,12 @@ def _statement(kind: str, table: Table, fixed: tuple[str, ...]) -> Any:
     return stmt
 
 
+def update_statement(table: Table, fixed: tuple[str, ...]) -> Any:
+    """The UPDATE of one row, keyed by ``b_<fixed column>``, ``b_series_id`` and
+    ``b_bucket_start``, setting the columns each parameter row carries."""
+    return _statement("update", table, fixed)
+
+
 def _update(table: Table, fixed: tuple[str, ...]) -> Any:
     c = table.c
     clauses = [c[name] == bindparam(f"b_{name}") for name in fixed]
@@ -35,47 +51,113 @@ def _update(table: Table, fixed: tuple[str, ...]) -> Any:
     return update(table).where(*clauses)
 
 
-def merge_hourly(
+def _epoch(raw: Any) -> int:
+    """A bucket start as the driver returns it (SQLite: naive UTC text; PostgreSQL: an aware
+    datetime) in Unix seconds."""
+    dt = datetime.fromisoformat(raw) if isinstance(raw, str) else raw
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return int(dt.timestamp())
+
+
+def _loads(value: Any) -> Any:
+    return orjson.loads(value) if isinstance(value, (str, bytes)) else value
+
+
+def _decoded(column: Sequence[Any]) -> Sequence[Any]:
+    """A JSON column's values decoded: SQLite returns the text; psycopg has already decoded
+    it. ``map`` over ``orjson.loads`` runs in C when no value needs care."""
+    if column and type(column[0]) is str and None not in column:
+        try:
+            return list(map(orjson.loads, column))
+        except TypeError:  # a value of another type after all
+            pass
+    return list(map(_loads, column))
+
+
+def read_stored(
     conn: Connection,
     table: Table,
-    fixed: Mapping[str, str],
-    rows: Mapping[tuple[int, int], Any],
-    extra: Mapping[str, Any],
-    from_row: Callable[[Any], Any],
-    utc: Any,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """For one value of the ``fixed`` key columns, the inserts and updates that add ``rows``
-    ((series id, hour start) -> statistics with ``merge``/``to_row``) to what is stored;
-    existing rows are locked (``FOR UPDATE``) in one order. ``extra`` are the columns a new
-    row also needs. The caller runs the statements (in bulk, after every group)."""
+    fixed: Mapping[str, Any],
+    keys: Sequence[RowKey],
+    names: Sequence[str],
+    utc: Callable[[int], datetime],
+) -> dict[RowKey, dict[str, Any]]:
+    """The stored rows of ``keys`` (columns ``names``), locked (``FOR UPDATE``) in one order.
+
+    Read without SQLAlchemy's result processing: each JSON value is decoded once, in C, and
+    the bucket start is read per distinct value, not per row.
+    """
     c = table.c
-    sids = sorted({sid for sid, _ in rows})
-    starts = sorted({start for _, start in rows})
-    existing: dict[tuple[int, int], Any] = {}
+    # Coerced to a type without result processors: the driver's values come through as is.
+    columns = [type_coerce(c.series_id, NullType()), type_coerce(c.bucket_start, NullType()),
+               *(type_coerce(c[n], NullType()) for n in names)]
+    json_at = [i for i, n in enumerate(names, start=2) if isinstance(c[n].type, JSON)]
+    sids = sorted({sid for sid, _ in keys})
+    starts = sorted({start for _, start in keys})
+    wanted = set(keys)
+    epochs: dict[Any, int] = {}
+    out: dict[RowKey, dict[str, Any]] = {}
+    # series IN (...) AND start IN (...) is a superset of the touched pairs, but unlike a
+    # row-value IN it is an index range on the primary key for both databases, and a
+    # checkpoint's series and buckets mostly form a full grid anyway.
     for sid_part in chunks(sids):
         for start_part in chunks(starts):
             stmt = (
-                select(table)
+                select(*columns)
                 .where(*(c[name] == value for name, value in fixed.items()),
                        c.series_id.in_(sid_part),
                        c.bucket_start.in_([utc(t) for t in start_part]))
                 .order_by(c.series_id, c.bucket_start)
+                # Locks the rows until commit on PostgreSQL; SQLite ignores it (the whole
+                # database is already locked by BEGIN IMMEDIATE). Chunks go by ascending
+                # series, so two writers still take their locks in one order.
                 .with_for_update()
             )
-            for row in conn.execute(stmt):
-                existing[(row.series_id, int(row.bucket_start.timestamp()))] = row
+            rows = conn.execute(stmt).all()
+            if not rows:
+                continue
+            cols = list(zip(*rows, strict=True))
+            for i in json_at:
+                cols[i] = _decoded(cols[i])
+            for sid, raw, *values in zip(*cols, strict=True):
+                start = epochs.get(raw)
+                if start is None:
+                    start = epochs[raw] = _epoch(raw)
+                if (sid, start) in wanted:
+                    out[(sid, start)] = dict(zip(names, values, strict=True))
+    return out
+
+
+def merge_hourly(
+    conn: Connection,
+    table: Table,
+    fixed: Mapping[str, Any],
+    rows: Mapping[RowKey, Mapping[str, Any]],
+    extra: Mapping[str, Any],
+    adder: RowAdder,
+    utc: Callable[[int], datetime],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """For one value of the ``fixed`` key columns, the inserts and updates that add ``rows``
+    ((series id, bucket start) -> a delta in ``to_row()`` form) to what is stored; existing
+    rows are locked (``FOR UPDATE``) in one order. ``extra`` are the columns a new row also
+    needs. The caller runs the statements (:func:`run_merged`)."""
+    keys = sorted(rows)
+    existing = read_stored(conn, table, fixed, keys, adder.names, utc)
+    starts = {start: utc(start) for start in {start for _, start in keys}}
+    b_fixed = {f"b_{k}": v for k, v in fixed.items()}
     inserts: list[dict[str, Any]] = []
     updates: list[dict[str, Any]] = []
-    for (sid, start), delta in sorted(rows.items()):
-        row = existing.get((sid, start))
-        if row is None:
-            inserts.append({**fixed, "series_id": sid, "bucket_start": utc(start), **extra,
-                            **delta.to_row()})
+    for key in keys:
+        sid, start = key
+        delta = rows[key]
+        stored = existing.get(key)
+        if stored is None:
+            inserts.append({**fixed, "series_id": sid, "bucket_start": starts[start], **extra,
+                            **delta})
         else:
-            merged = from_row(row)
-            merged.merge(delta)
-            updates.append({**{f"b_{k}": v for k, v in fixed.items()}, "b_series_id": sid,
-                            "b_bucket_start": row.bucket_start, **merged.to_row()})
+            updates.append({**b_fixed, "b_series_id": sid, "b_bucket_start": starts[start],
+                            **adder.add(stored, delta)})
     return inserts, updates
 
 

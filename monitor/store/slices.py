@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import Connection, insert, select
 
+from monitor.aggregate.rows import RowAdder
 from monitor.aggregate.series import SeriesKey
 from monitor.policy.slices import SLICE_COUNTERS, SLICE_FLOATS, SliceKey, SliceRecord, SliceStats
 from monitor.store.checkpoint import EXPERIMENT_BUCKET
@@ -37,16 +38,21 @@ def slice_hash(key: SliceKey) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def _fold(deltas: Mapping[SliceDeltaKey, SliceStats]) -> dict[SliceDeltaKey, SliceStats]:
-    out: dict[SliceDeltaKey, SliceStats] = {}
+# Adds SliceStats rows without building the objects (as BUCKET_ROWS does for rollups).
+SLICE_ROWS = RowAdder(SLICE_COUNTERS, SLICE_FLOATS, ("per_position",), ())
+Row = dict[str, Any]  # SliceStats.to_row() form
+
+
+def _fold(deltas: Mapping[SliceDeltaKey, SliceStats]) -> dict[SliceDeltaKey, Row]:
+    """``deltas`` keyed by their hour, merged, as rows; the caller's objects are never
+    changed."""
+    out: dict[SliceDeltaKey, Row] = {}
     for (skey, series, ts), stats in deltas.items():
         t = int(ts // 1)
         k = (skey, series, t - t % EXPERIMENT_BUCKET)
+        row = stats.to_row()
         acc = out.get(k)
-        if acc is None:
-            out[k] = stats.copy()
-        else:
-            acc.merge(stats)
+        out[k] = row if acc is None else SLICE_ROWS.add(acc, row)
     return out
 
 
@@ -60,9 +66,13 @@ def write_slices(
     utc: Any,
 ) -> None:
     """Read-merge-write the touched rows (as ``writer.merge_rollups`` does for rollups)."""
-    by_hash: dict[str, tuple[SliceKey, dict[tuple[int, int], SliceStats]]] = {}
-    for (skey, series, start), stats in _fold(deltas).items():
-        by_hash.setdefault(slice_hash(skey), (skey, {}))[1][(ids[series], start)] = stats
+    by_hash: dict[str, tuple[SliceKey, dict[tuple[int, int], Row]]] = {}
+    hashes: dict[SliceKey, str] = {}
+    for (skey, series, start), row in _fold(deltas).items():
+        h = hashes.get(skey)
+        if h is None:
+            h = hashes[skey] = slice_hash(skey)
+        by_hash.setdefault(h, (skey, {}))[1][(ids[series], start)] = row
     inserts: list[dict[str, Any]] = []
     updates: list[dict[str, Any]] = []
     # Sorted: concurrent writers lock shared rows in one order.
@@ -70,7 +80,7 @@ def write_slices(
         extra = {"batch_bucket": skey.batch, "prompt_bucket": skey.prompt,
                  "temperature_bucket": skey.temperature, "tags": skey.tags}
         ins, upd = merge_hourly(conn, slice_rollups_table, {"slice_hash": h}, rows, extra,
-                                SliceStats.from_row, utc)
+                                SLICE_ROWS, utc)
         inserts += ins
         updates += upd
     run_merged(conn, slice_rollups_table, ("slice_hash",), inserts, updates)

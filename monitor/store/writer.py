@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, bindparam, delete, insert, select, update
+from sqlalchemy import Connection, delete, insert, select, update
 
-from monitor.aggregate.bucket import BucketStats
+from monitor.aggregate.bucket import BUCKET_ROWS, BucketStats
 from monitor.aggregate.series import SeriesKey
 from monitor.alert_record import AlertRecord
 from monitor.store.alerting import write_alerting
@@ -19,6 +19,7 @@ from monitor.store.changes import write_changes
 from monitor.store.checkpoint import GRANULARITIES, Checkpoint, PartitionCommit
 from monitor.store.exceptions import FencedError
 from monitor.store.experiments import hour_of, write_experiments
+from monitor.store.hourly import merge_hourly, run_merged, update_statement
 from monitor.store.series_ids import chunks, dialect_insert, resolve_series
 from monitor.store.slices import write_slices
 from monitor.store.tables import (
@@ -30,6 +31,7 @@ from monitor.store.tables import (
 )
 
 FoldedKey = tuple[str, SeriesKey, int]
+Row = dict[str, Any]  # BucketStats.to_row() form
 
 
 def utc(ts: int | float) -> datetime:
@@ -105,35 +107,26 @@ def decode_ids(blob: bytes) -> list[tuple[str, float]]:
     return [(rid, ts) for rid, ts in orjson.loads(zlib.decompress(blob))]
 
 
-def fold(rollups: Mapping[tuple[SeriesKey, int], BucketStats]) -> dict[FoldedKey, BucketStats]:
-    """Minute deltas keyed by (granularity, series, bucket start), merged per coarse bucket.
+def fold(rollups: Mapping[tuple[SeriesKey, int], BucketStats]) -> dict[FoldedKey, Row]:
+    """Minute deltas keyed by (granularity, series, bucket start), merged per coarse bucket,
+    as rows (``BucketStats.to_row()`` form: what the store writes and adds).
 
     Each level folds the one below it (minutes into hours, hours into days): a day merges
-    one statistics object per hour touched, not one per minute. The caller's objects are
-    never mutated: a checkpoint may be retried as it is.
+    one row per hour touched, not one per minute. The caller's objects are never changed
+    (beyond folding their buffered latencies into their sketches): a checkpoint may be
+    retried as it is.
     """
-    out: dict[FoldedKey, BucketStats] = {}
-    owned: set[FoldedKey] = set()
-
-    def add(k: FoldedKey, stats: BucketStats) -> None:
-        acc = out.get(k)
-        if acc is None:
-            out[k] = stats  # shared until a second delta lands in it
-            return
-        if k not in owned:
-            fresh = BucketStats()
-            fresh.merge(acc)
-            out[k] = acc = fresh
-            owned.add(k)
-        acc.merge(stats)
-
-    level: list[tuple[SeriesKey, int, BucketStats]] = [
-        (key, int(ts), stats) for (key, ts), stats in rollups.items()]
+    out: dict[FoldedKey, Row] = {}
+    add = BUCKET_ROWS.add
+    level: list[tuple[SeriesKey, int, Row]] = [
+        (key, int(ts), stats.to_row()) for (key, ts), stats in rollups.items()]
     for gran, size in GRANULARITIES.items():
         keys: dict[FoldedKey, None] = {}
-        for key, ts, stats in level:
+        for key, ts, row in level:
             k = (gran, key, ts - ts % size)
-            add(k, stats)
+            acc = out.get(k)
+            # A bucket with one delta shares its row (rows are never changed in place).
+            out[k] = row if acc is None else add(acc, row)
             keys[k] = None
         level = [(key, start, out[(gran, key, start)]) for gran, key, start in keys]
     return out
@@ -168,70 +161,26 @@ def _all_spans(cp: Checkpoint) -> dict[SeriesKey, tuple]:
     return out
 
 
-_C = rollups_table.c
-_INSERT_ROLLUP = insert(rollups_table)
-_UPDATE_ROLLUP = update(rollups_table).where(
-    _C.granularity == bindparam("b_granularity"),
-    _C.series_id == bindparam("b_series_id"),
-    _C.bucket_start == bindparam("b_bucket_start", type_=_C.bucket_start.type),
-)
+# The UPDATE of one rollup row (tests run it directly).
+_UPDATE_ROLLUP = update_statement(rollups_table, ("granularity",))
 
 
 def merge_rollups(
-    conn: Connection, folded: Mapping[FoldedKey, BucketStats], ids: Mapping[SeriesKey, int]
+    conn: Connection, folded: Mapping[FoldedKey, Row], ids: Mapping[SeriesKey, int]
 ) -> None:
     """Read-merge-write the touched rows, a chunk of series at a time: one SELECT per chunk,
     one executemany each way. Chunks keep the transient memory of a checkpoint over many
     series (stored rows decoded, rows to write encoded) to one chunk's worth."""
-    by_gran: dict[str, dict[int, dict[int, BucketStats]]] = {}
-    for (gran, key, start), stats in folded.items():
-        by_gran.setdefault(gran, {}).setdefault(ids[key], {})[start] = stats
+    by_gran: dict[str, dict[int, dict[int, Row]]] = {}
+    for (gran, key, start), row in folded.items():
+        by_gran.setdefault(gran, {}).setdefault(ids[key], {})[start] = row
     for gran, by_sid in by_gran.items():
-        sids = sorted(by_sid)
-        for sid_part in chunks(sids):
-            _merge_chunk(conn, gran, {sid: by_sid[sid] for sid in sid_part})
-
-
-def _merge_chunk(conn: Connection, gran: str, deltas: Mapping[int, Mapping[int, BucketStats]]
-                 ) -> None:
-    # series IN (...) AND start IN (...) is a superset of the touched pairs, but unlike a
-    # row-value IN it is an index range on the primary key for both databases, and a
-    # checkpoint's series and minutes mostly form a full grid anyway.
-    starts = sorted({start for by_start in deltas.values() for start in by_start})
-    existing: dict[tuple[int, int], Any] = {}
-    for start_part in chunks(starts):
-        stmt = (
-            select(rollups_table)
-            .where(
-                _C.granularity == gran,
-                _C.series_id.in_(list(deltas)),
-                _C.bucket_start.in_([utc(t) for t in start_part]),
-            )
-            .order_by(_C.series_id, _C.bucket_start)
-            # Locks the rows until commit on PostgreSQL; SQLite ignores it (the whole
-            # database is already locked by BEGIN IMMEDIATE). Chunks go by ascending series,
-            # so two writers still take their locks in one order.
-            .with_for_update()
-        )
-        for row in conn.execute(stmt):
-            sid, start = row.series_id, int(row.bucket_start.timestamp())
-            if start in deltas[sid]:
-                existing[(sid, start)] = row
-    inserts: list[dict[str, Any]] = []
-    updates: list[dict[str, Any]] = []
-    for sid, by_start in deltas.items():
-        for start, delta in by_start.items():
-            row = existing.get((sid, start))
-            if row is None:
-                inserts.append({"granularity": gran, "series_id": sid,
-                                "bucket_start": utc(start), **delta.to_row()})
-            else:
-                merged = BucketStats.from_row(row)
-                merged.merge(delta)
-                updates.append({"b_granularity": gran, "b_series_id": sid,
-                                "b_bucket_start": row.bucket_start, **merged.to_row()})
-    executemany(conn, _INSERT_ROLLUP, inserts)
-    executemany(conn, _UPDATE_ROLLUP, updates)
+        fixed = {"granularity": gran}
+        for sid_part in chunks(sorted(by_sid)):
+            rows = {(sid, start): row for sid in sid_part for start, row in by_sid[sid].items()}
+            inserts, updates = merge_hourly(conn, rollups_table, fixed, rows, {}, BUCKET_ROWS,
+                                            utc)
+            run_merged(conn, rollups_table, ("granularity",), inserts, updates)
 
 
 def state_rows(source: str, state: Mapping[str, Any], now: datetime) -> list[dict[str, Any]]:

@@ -1,0 +1,44 @@
+"""A checkpoint's deltas folded as rows equal the same fold on statistics objects."""
+
+from __future__ import annotations
+
+import random
+
+import orjson
+
+from monitor.aggregate.bucket import BucketStats
+from monitor.store.checkpoint import GRANULARITIES
+from monitor.store.writer import fold
+from tests.monitor.store.helpers import T0, event, rollups_of
+
+
+def _reference_fold(rollups: dict) -> dict:
+    """The fold as it was done on BucketStats: each coarse bucket a fresh object that the
+    level below merges into, in order."""
+    out: dict = {}
+    level = [(key, int(ts), stats) for (key, ts), stats in rollups.items()]
+    for gran, size in GRANULARITIES.items():
+        keys: dict = {}
+        for key, ts, stats in level:
+            k = (gran, key, ts - ts % size)
+            acc = out.get(k)
+            if acc is None:
+                out[k] = acc = BucketStats()
+            acc.merge(stats)
+            keys[k] = None
+        level = [(key, start, out[(gran, key, start)]) for gran, key, start in keys]
+    return out
+
+
+def test_fold_as_rows_equals_folding_bucket_stats() -> None:
+    rng = random.Random(7)
+    # Three routes over ~26 hours: minutes, hours and a day boundary, floats that round.
+    evs = [event(f"r{i}", T0 + rng.randrange(0, 26 * 3600), ("a", "b", "c")[i % 3],
+                 e2e_ms=rng.uniform(50, 5000), ttft_ms=rng.choice([None, rng.uniform(1, 900)]),
+                 gpu_seconds=rng.choice([None, rng.uniform(0, 3)]), itl_p50_ms=rng.uniform(1, 90))
+           for i in range(3000)]
+    expected = {k: s.to_row() for k, s in _reference_fold(rollups_of(evs)).items()}
+    got = fold(rollups_of(evs))
+    assert list(got) == list(expected)
+    assert orjson.dumps(list(got.values())) == orjson.dumps(list(expected.values()))
+    assert {k[0] for k in got} == {"minute", "hour", "day"}
