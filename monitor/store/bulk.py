@@ -7,7 +7,9 @@ alone costs more than SQLite's insert). Here a statement is compiled once per di
 its SQL text reused; each row becomes a tuple in one C call, and only the columns whose type
 has a bind processor run it: the same processors SQLAlchemy would call, so the database
 receives exactly the values it received before. A datetime column's processor is memoised
-per call, since a checkpoint's rows share few bucket starts.
+per call, since a checkpoint's rows share few bucket starts; a JSON column is serialised by
+the engine's serializer (``json_text``) mapped in C over the column, and passed as text
+(what SQLite stores; PostgreSQL casts it, ``::JSON``, to the same value).
 
 SQLite runs the tuples through the driver's executemany (one prepared statement, a C loop).
 On PostgreSQL a plain INSERT (rows the caller knows are new: rollup rows it found missing
@@ -21,12 +23,15 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import Connection, Dialect
+import orjson
+from sqlalchemy import JSON, Connection, Dialect
 from sqlalchemy.sql.base import Executable
 
+from monitor.jsonable import JSON_OPTIONS, json_text
 from monitor.store.coltypes import UTCDateTime
 
 __all__ = ["dialect_statement", "executemany"]
@@ -37,11 +42,12 @@ class _Plan:
     sql: str
     names: tuple[str, ...]  # the bound parameters, in the statement's order when positional
     values: Callable[[Mapping[str, Any]], tuple[Any, ...]]  # a row's values in that order
-    # (position, processor, memoise): only the columns that have a bind processor
-    processors: tuple[tuple[int, Callable[[Any], Any], bool], ...]
+    # (position, column -> processed column): only the columns that have a bind processor
+    processors: tuple[tuple[int, Callable[[Sequence[Any]], Sequence[Any]]], ...]
     copy: str | None  # PostgreSQL: COPY ... FROM STDIN for a plain INSERT
 
 
+_JSON_FAST = JSON_OPTIONS | orjson.OPT_PASSTHROUGH_SUBCLASS
 _PYFORMAT = re.compile(r"%\(([^)]+)\)s")
 _PLANS: dict[tuple[Executable, str, str, tuple[str, ...]], _Plan] = {}
 
@@ -75,7 +81,7 @@ def _plan(dialect: Dialect, stmt: Executable, keys: tuple[str, ...]) -> _Plan:
         raise ValueError(f"unsupported paramstyle {dialect.paramstyle!r}")
     bind_types = {name: bind.type for name, bind in compiled.binds.items()}
     processors = tuple(
-        (i, proc, isinstance(bind_types[name], UTCDateTime))
+        (i, _column_processor(dialect, bind_types[name], proc))
         for i, name in enumerate(names)
         if (proc := compiled._bind_processors.get(name)) is not None
     )
@@ -84,6 +90,30 @@ def _plan(dialect: Dialect, stmt: Executable, keys: tuple[str, ...]) -> _Plan:
         getter if len(names) > 1 else lambda row: (getter(row),))
     plan = _PLANS[cache_key] = _Plan(sql, names, values, processors, copy)
     return plan
+
+
+def _column_processor(dialect: Dialect, bind_type: Any, proc: Callable[[Any], Any]
+                      ) -> Callable[[Sequence[Any]], Sequence[Any]]:
+    """What runs ``proc`` over a column: the same values, with fewer Python calls."""
+    if isinstance(bind_type, UTCDateTime):
+        def memoised(column: Sequence[Any]) -> Sequence[Any]:
+            done = {v: proc(v) for v in set(column)}
+            return tuple(map(done.__getitem__, column))
+        return memoised
+    # JSON in the engine's own text form; only where that is all its processor does (a
+    # None is JSON null, never SQL NULL). Subclasses pass through to a TypeError: then
+    # the column goes through the processor itself (SQLAlchemy's JSON.NULL marker is an
+    # int subclass, null() no JSON at all).
+    if (isinstance(bind_type, JSON) and not bind_type.none_as_null
+            and getattr(dialect, "_json_serializer", None) is json_text):
+        def as_text(column: Sequence[Any]) -> Sequence[Any]:
+            try:
+                return tuple(map(bytes.decode, map(orjson.dumps, column, repeat(None),
+                                                   repeat(_JSON_FAST))))
+            except TypeError:
+                return tuple(map(proc, column))
+        return as_text
+    return lambda column: tuple(map(proc, column))
 
 
 def executemany(conn: Connection, stmt: Executable, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -98,14 +128,9 @@ def executemany(conn: Connection, stmt: Executable, rows: Sequence[Mapping[str, 
     # processed value (and one per distinct datetime).
     params: list[tuple[Any, ...]] = list(map(plan.values, rows))
     if plan.processors:
-        columns = list(zip(*params, strict=True))
-        for i, proc, memoise in plan.processors:
-            column = columns[i]
-            if memoise:
-                done = {v: proc(v) for v in set(column)}
-                columns[i] = tuple(map(done.__getitem__, column))
-            else:
-                columns[i] = tuple(map(proc, column))
+        columns: list[Sequence[Any]] = list(zip(*params, strict=True))
+        for i, process in plan.processors:
+            columns[i] = process(columns[i])
         params = list(zip(*columns, strict=True))
     if plan.copy is None:
         conn.exec_driver_sql(plan.sql, params)
