@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from monitor.aggregate.bucket import BUCKET_ROWS, BucketStats
 from monitor.aggregate.rows import RowAdder, add_lists
 from monitor.aggregate.sketch import LogHistogram, merge_json
-from monitor.policy.slices import SliceStats
+from monitor.policy.slices import SLICE_COUNTERS, SLICE_FLOATS, SliceStats
 from monitor.store.slices import SLICE_ROWS
 from monitor.telemetry.event import Event
 
@@ -115,3 +115,11 @@ def test_a_stored_row_with_null_columns_adds_as_from_row_reads_it(
     expected = BucketStats.from_row(stored)
     expected.merge(BucketStats.from_row(delta))
     assert orjson.dumps(BUCKET_ROWS.add(stored, delta)) == orjson.dumps(expected.to_row())
+
+
+def test_fresh_stats_are_zero_in_every_column() -> None:
+    # SliceStats.__init__ spells its columns out: none may be missed or mistyped.
+    assert SliceStats().to_row() == {**dict.fromkeys(SLICE_COUNTERS, 0),
+                                     **dict.fromkeys(SLICE_FLOATS, 0.0), "per_position": []}
+    assert [type(v) for v in SliceStats().to_row().values()] == (
+        [int] * len(SLICE_COUNTERS) + [float] * len(SLICE_FLOATS) + [list])
