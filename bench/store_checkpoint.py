@@ -57,9 +57,14 @@ def checkpoint(evs: list[Event], slicer: Slicer, offset: int) -> Checkpoint:
     slices: dict = {}
     for e in evs:
         key = series_key(e)
-        rollups.setdefault((key, int(e.ts) - int(e.ts) % 60), BucketStats()).update(e)
-        hour = int(e.ts) - int(e.ts) % HOUR
-        slices.setdefault((SliceKey._make(slicer.key(e)), key, hour), SliceStats()).update(e)
+        k = (key, int(e.ts) - int(e.ts) % 60)
+        if k not in rollups:
+            rollups[k] = BucketStats()
+        rollups[k].update(e)
+        s = (SliceKey._make(slicer.key(e)), key, int(e.ts) - int(e.ts) % HOUR)
+        if s not in slices:
+            slices[s] = SliceStats()
+        slices[s].update(e)
     part = PartitionCommit(0, offset + len(evs), offset or None, max(e.ts for e in evs))
     return Checkpoint("bench", rollups=rollups, partitions=[part], slices=slices)
 

@@ -120,12 +120,13 @@ def read_stored(
             cols = list(zip(*rows, strict=True))
             for i in json_at:
                 cols[i] = _decoded(cols[i])
-            for sid, raw, *values in zip(*cols, strict=True):
-                start = epochs.get(raw)
-                if start is None:
-                    start = epochs[raw] = _epoch(raw)
-                if (sid, start) in wanted:
-                    out[(sid, start)] = dict(zip(names, values, strict=True))
+            for raw in set(cols[1]):
+                if raw not in epochs:
+                    epochs[raw] = _epoch(raw)
+            row_keys = zip(cols[0], map(epochs.__getitem__, cols[1]), strict=True)
+            for key, values in zip(row_keys, zip(*cols[2:], strict=True), strict=True):
+                if key in wanted:
+                    out[key] = dict(zip(names, values, strict=True))
     return out
 
 
