@@ -41,7 +41,7 @@ from typing import Any, Protocol, Self, runtime_checkable
 import numpy as np
 
 from monitor.detect.acceptance_reference import RequestHistogram
-from monitor.detect.base import Detector
+from monitor.detect.base import Detector, without_same
 from monitor.detect.calibration import quasi_cusum_thresholds
 from monitor.detect.exceptions import StateVersionError
 
@@ -197,6 +197,9 @@ class OverdispersedCusum(Detector):
     """
 
     KIND = "overdispersed_cusum"
+    VERSION = 2  # compact: see monitor.detect.base
+    COMPACT = True
+    READS = (1,)
     # stored as given (``effects`` as the sorted list the constructor made of it)
     PARAMS = dict.fromkeys((
         "min_effect", "effects", "false_alarm_days", "arl_requests", "two_sided",
@@ -926,7 +929,7 @@ class OverdispersedCusum(Detector):
     )
     _HISTS = ("_ref", "_older_hist", "_newer_hist")
 
-    def _state(self) -> dict[str, Any]:
+    def _full_state(self) -> dict[str, Any]:
         """The whole state as JSON-ready data (floats round-trip exactly through JSON).
 
         Size: about a hundred numbers, the raw warm-up requests while warming up (at most
@@ -938,15 +941,29 @@ class OverdispersedCusum(Detector):
         for name in self._HISTS:
             hist = getattr(self, name)
             state[name[1:]] = None if hist is None else hist.to_json()
-        return {"state": state}
+        return state
+
+    def _state(self) -> dict[str, Any]:
+        # Version 2 leaves out what equals a fresh warm-up's (``_reset`` does not depend on
+        # the parameters): in warm-up, the raw requests and a few counters, not thirty
+        # empty fields. Nothing is rounded: see :func:`monitor.detect.base.same_json`.
+        return {"state": without_same(self._full_state(), _reset_state())}
 
     def _set_state(self, data: dict[str, Any]) -> None:
-        state = data["state"]
+        # version 1 stored every key; version 2 leaves out those equal to a fresh warm-up's,
+        # which the constructor has just set (_reset)
+        state = data.get("state", {})
+        if data.get("version") == 1:
+            missing = [name for name in (*self._STATE, *self._HISTS) if name[1:] not in state]
+            if missing:
+                raise StateVersionError(f"{self.KIND} state version 1 lacks {missing}")
         for name in self._STATE:
-            setattr(self, name, _copy(state[name[1:]]))
+            if name[1:] in state:
+                setattr(self, name, _copy(state[name[1:]]))
         for name in self._HISTS:
-            raw = state[name[1:]]
-            setattr(self, name, None if raw is None else RequestHistogram.from_json(raw))
+            if name[1:] in state:
+                raw = state[name[1:]]
+                setattr(self, name, None if raw is None else RequestHistogram.from_json(raw))
         # A statistic stored before the grid existed joins it here (a move under 1.2e-10).
         self._s = [on_grid(v) for v in self._s]
         self._set_caps()
@@ -959,6 +976,13 @@ class OverdispersedCusum(Detector):
 
 
 _SCALARS = frozenset({float, int, str, bool, type(None)})
+_RESET: list[dict[str, Any]] = []  # a fresh warm-up's full state, computed once
+
+
+def _reset_state() -> dict[str, Any]:
+    if not _RESET:
+        _RESET.append(OverdispersedCusum()._full_state())
+    return _RESET[0]
 
 
 def _copy(value: Any) -> Any:

@@ -6,6 +6,14 @@ one :class:`Field` per snapshot key), and inherits ``params()``, ``snapshot()`` 
 ``restore()``. A snapshot is ``{"kind", "version", "params", <state keys>...}``: the layout
 every stored detector state already has, so stored JSON restores unchanged.
 
+**Compact snapshots.** A detector that sets ``COMPACT`` (and a ``VERSION`` above the full
+form's, which stays in ``READS``) leaves out of its snapshot every parameter equal to the
+constructor's default and every state key whose JSON equals a fresh detector's with the same
+parameters: a segment mostly warming up stores a few numbers, not some thirty empty fields.
+``restore`` builds the fresh detector from the parameters (the constructor's defaults for the
+missing ones) and sets only the keys present, so what was left out is exactly what was
+equal: the restored detector goes on as the snapshotted one would. Nothing is rounded.
+
 A detector that decides a rule names it (``rule = "..."``); its ``severity`` comes from the
 rule catalogue (``monitor/rules.py``), never from the detector.
 
@@ -27,11 +35,15 @@ True
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
+import orjson
+
 from monitor import rules
+from monitor.exceptions import StateVersionError
 from monitor.versioned import require_version
 
 __all__ = ["CHANGED", "FIRING", "ConditionDetector", "Detector", "Field", "field", "nested"]
@@ -77,11 +89,40 @@ def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
+_SCALAR_TYPES = (int, bool, str, type(None))
+
+
+def same_json(value: Any, other: Any) -> bool:
+    """Whether two JSON-ready values write the same JSON (so one may stand for the other).
+
+    >>> same_json(0.0, 0.0), same_json(0.0, -0.0), same_json(1, 1.0), same_json([1, [2]], [1, [2]])
+    (True, False, False, True)
+    """
+    kind = type(value)
+    if kind is not type(other):
+        return False
+    if kind is float:
+        # -0.0 == 0.0, yet they are two states (and NaN is never left out)
+        return value == other and math.copysign(1.0, value) == math.copysign(1.0, other)
+    if kind in _SCALAR_TYPES:
+        return bool(value == other)
+    return orjson.dumps(value) == orjson.dumps(other)
+
+
+def without_same(data: Mapping[str, Any], fresh: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` without the keys whose value writes the same JSON as ``fresh``'s."""
+    return {k: v for k, v in data.items() if k not in fresh or not same_json(v, fresh[k])}
+
+
 class Detector:
     """Declared parameters and state; see the module docstring."""
 
     KIND: ClassVar[str] = ""
     VERSION: ClassVar[int] = 1
+    # Snapshots leave out what equals a fresh detector's (see the module docstring); the
+    # versions ``restore`` reads (the full form's among them) are in READS.
+    COMPACT: ClassVar[bool] = False
+    READS: ClassVar[tuple[int, ...]] = ()
     PARAMS: ClassVar[Mapping[str, Callable[[Any], Any]]] = {}
     STATE: ClassVar[tuple[Field, ...]] = ()
     rule: ClassVar[str]
@@ -110,21 +151,60 @@ class Detector:
         return {f.key: f.dump(getattr(self, f.attr)) for f in self.STATE}
 
     def _set_state(self, data: dict[str, Any]) -> None:
+        # a key left out of a compact snapshot keeps the fresh detector's value
         for f in self.STATE:
-            setattr(self, f.attr, f.load(data[f.key]))
+            if f.key in data:
+                setattr(self, f.attr, f.load(data[f.key]))
 
     def snapshot(self) -> dict[str, Any]:
         """The whole state as JSON-ready data; ``restore(snapshot())`` continues identically."""
-        return {"kind": self.KIND, "version": self.VERSION, "params": self.params(),
-                **self._state()}
+        params, state = self.params(), self._state()
+        if self.COMPACT:
+            defaults, fresh = _fresh_of(type(self), params)
+            params, state = without_same(params, defaults), without_same(state, fresh)
+        return {"kind": self.KIND, "version": self.VERSION, "params": params, **state}
 
     @classmethod
     def restore(cls, data: dict[str, Any]) -> Self:
         """Rebuild from :meth:`snapshot` output (refusing another kind or version)."""
-        require_version(data, cls.KIND, cls.VERSION)
-        det = cls._from_params(dict(data["params"]))
+        version = data.get("version")
+        if data.get("kind") != cls.KIND or version not in (cls.VERSION, *cls.READS):
+            require_version(data, cls.KIND, cls.VERSION)  # raises, with the usual message
+        if version != cls.VERSION or not cls.COMPACT:
+            cls._require_whole(data)
+        params = dict(data["params"])
+        if cls.COMPACT and version == cls.VERSION:
+            params = {**_fresh_of(cls, {})[0], **params}
+        det = cls._from_params(params)
         det._set_state(data)
         return det
+
+    @classmethod
+    def _require_whole(cls, data: dict[str, Any]) -> None:
+        """A full (not compact) snapshot holds every state key: refuse one that does not."""
+        missing = [f.key for f in cls.STATE if f.key not in data]
+        if missing:
+            raise StateVersionError(f"{cls.KIND} state version {data.get('version')} lacks "
+                                    f"{', '.join(missing)}")
+
+
+# (class, parameters' JSON) -> (the constructor's default parameters, a fresh detector's
+# state), both JSON-ready: what a compact snapshot leaves out. Segments of one configuration
+# share their parameters, so this holds a handful of entries.
+_FRESH: dict[tuple[type, bytes], tuple[dict[str, Any], dict[str, Any]]] = {}
+
+
+def _fresh_of(cls: type[Detector], params: Mapping[str, Any]) -> tuple[dict[str, Any],
+                                                                       dict[str, Any]]:
+    key = (cls, orjson.dumps(params))
+    found = _FRESH.get(key)
+    if found is None:
+        defaults = cls().params() if not params else _fresh_of(cls, {})[0]
+        fresh = cls._from_params({**defaults, **params}) if params else cls()
+        # through JSON: the cache never aliases a live detector's state
+        found = _FRESH[key] = (orjson.loads(orjson.dumps(defaults)),
+                               orjson.loads(orjson.dumps(fresh._state())))
+    return found
 
 
 class ConditionDetector(Detector):

@@ -306,6 +306,9 @@ class BreakevenMonitor(ConditionDetector):
 
     rule = "below_breakeven"
     KIND = "breakeven"
+    VERSION = 2  # compact: see monitor.detect.base
+    COMPACT = True
+    READS = (1,)
     PARAMS = {"cutoff": float, "window": float, "confidence": float, "hysteresis": float,
               "min_requests": int, "min_tokens": int, "bucket": float}
     STATE = (nested("ring", BucketRing), FIRING, CHANGED, field("last_ts"))

@@ -100,6 +100,9 @@ class PositionCurve(Detector):
     """
 
     KIND = "position_curve"
+    VERSION = 2  # compact: see monitor.detect.base
+    COMPACT = True
+    READS = (1,)
     PARAMS = {"cost_model": lambda cm: cm, "window": float, "bucket": float,
               "min_steps": lambda n: n}
     STATE = (field("num_speculative_tokens", "num_speculative_tokens"),

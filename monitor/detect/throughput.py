@@ -306,6 +306,9 @@ class ThroughputMonitor(ConditionDetector):
 
     rule = "throughput_drop"
     KIND = "throughput"
+    VERSION = 2  # compact: see monitor.detect.base
+    COMPACT = True
+    READS = (1,)
     PARAMS = {"min_effect": float, "quantiles": lambda qs: tuple(float(q) for q in qs),
               "alpha": float, "error_alpha": float, "hysteresis": float, "warmup": float,
               "min_baseline": int, "window": float, "min_requests": int, "bucket": float,

@@ -322,8 +322,8 @@ def test_snapshot_restore_mid_stream_gives_identical_outputs() -> None:
 
 def test_bad_versions_raise() -> None:
     snap = BreakevenMonitor().snapshot()
-    assert snap["kind"] == "breakeven" and snap["version"] == 1
+    assert snap["kind"] == "breakeven" and snap["version"] == 2
     with pytest.raises(StateVersionError):
-        BreakevenMonitor.restore({**snap, "version": 2})
+        BreakevenMonitor.restore({**snap, "version": 3})
     with pytest.raises(StateVersionError):
         BreakevenMonitor.restore({**snap, "kind": "cusum"})

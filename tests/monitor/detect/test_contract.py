@@ -13,6 +13,7 @@ from monitor.detect.acceptance import OverdispersedCusum
 from monitor.detect.activity import ContentionMonitor, InactivityMonitor, StalenessMonitor
 from monitor.detect.base import Detector
 from monitor.detect.breakeven import BreakevenMonitor, CostModel
+from monitor.detect.exceptions import StateVersionError
 from monitor.detect.metadata import MetadataRules
 from monitor.detect.positions import PositionCurve
 from monitor.detect.river_adapters import AdwinDetector, PageHinkleyDetector
@@ -86,13 +87,15 @@ def test_every_detector_is_built_on_the_base(name: str) -> None:
     assert isinstance(det, Detector) and det.KIND and det.PARAMS
     snap = det.snapshot()
     assert list(snap)[:3] == ["kind", "version", "params"]
-    assert list(snap["params"]) == list(det.PARAMS)
+    assert list(det.params()) == list(det.PARAMS)
+    # a compact snapshot leaves out the parameters at their defaults, in declared order
+    assert [k for k in det.PARAMS if k in snap["params"]] == list(snap["params"])
 
 
 @pytest.mark.parametrize("name", sorted(DETECTORS))
 def test_declared_params_round_trip(name: str) -> None:
     det = DETECTORS[name]()
-    params = json.loads(json.dumps(det.snapshot()["params"]))
+    params = json.loads(json.dumps(det.params()))
     twin = type(det)._from_params(dict(params))
     assert twin.params() == det.params() == params
     assert twin.snapshot() == det.snapshot()
@@ -113,3 +116,56 @@ def test_restore_continues_identically(name: str, seed: int) -> None:
         feed(det, e)
         feed(again, e)
         assert outputs(again) == outputs(det)
+
+
+COMPACT = sorted(name for name, make in DETECTORS.items() if type(make()).COMPACT)
+
+
+def full_form(det: Any) -> dict[str, Any]:
+    """The snapshot as version 1 wrote it: every parameter and every state key."""
+    state = ({"state": det._full_state()} if isinstance(det, OverdispersedCusum)
+             else det._state())
+    return json.loads(json.dumps({"kind": det.KIND, "version": 1, "params": det.params(),
+                                  **state}))
+
+
+@pytest.mark.parametrize("cut", [0, 40, 300, 900])  # fresh, warming up, and later
+@pytest.mark.parametrize("name", COMPACT)
+def test_compact_and_full_snapshots_continue_identically(name: str, cut: int) -> None:
+    """A compact snapshot (what equals a fresh detector's left out) and the full form that
+    version 1 stored both restore to a detector that decides as the uninterrupted one."""
+    stream = events(3, 1500)
+    det = DETECTORS[name]()
+    for e in stream[:cut]:
+        feed(det, e)
+    compact = json.loads(json.dumps(det.snapshot()))
+    full = full_form(det)
+    assert compact["version"] == type(det).VERSION > 1 and compact["kind"] == full["kind"]
+    assert len(json.dumps(compact)) < len(json.dumps(full))
+    twins = [type(det).restore(compact), type(det).restore(full)]
+    for twin in twins:
+        assert twin.snapshot() == compact and outputs(twin) == outputs(det)
+    for e in stream[cut:]:
+        feed(det, e)
+        for twin in twins:
+            feed(twin, e)
+            assert outputs(twin) == outputs(det)
+
+
+@pytest.mark.parametrize("name", COMPACT)
+def test_a_fresh_compact_snapshot_holds_only_what_differs(name: str) -> None:
+    det = DETECTORS[name]()
+    snap = det.snapshot()
+    defaults = type(det)().params()
+    assert snap["params"] == {k: v for k, v in det.params().items() if v != defaults[k]}
+    assert set(snap) <= {"kind", "version", "params"}
+    assert type(det).restore({**snap, "params": {}}).params() == defaults
+
+
+@pytest.mark.parametrize("name", COMPACT)
+def test_a_full_snapshot_missing_a_key_is_refused(name: str) -> None:
+    full = full_form(DETECTORS[name]())
+    inner = full["state"] if "state" in full else full
+    del inner[next(k for k in inner if k not in ("kind", "version", "params"))]
+    with pytest.raises(StateVersionError):
+        type(DETECTORS[name]()).restore(full)

@@ -38,7 +38,7 @@ def test_severities_follow_the_brief() -> None:
 def test_fresh_detectors_round_trip_through_json(cls) -> None:
     d = cls()
     snap = json.loads(json.dumps(d.snapshot(), allow_nan=False))
-    assert snap["version"] == 1 and KINDS[snap["kind"]] is cls
+    assert snap["version"] == cls.VERSION and KINDS[snap["kind"]] is cls
     again = restore(snap)
     assert type(again) is cls and again.snapshot() == d.snapshot()
     json.dumps(again.evidence(), allow_nan=False)

@@ -280,4 +280,4 @@ def test_bad_versions_raise() -> None:
     snap = ThroughputMonitor().snapshot()
     assert snap["kind"] == "throughput"
     with pytest.raises(StateVersionError):
-        ThroughputMonitor.restore({**snap, "version": 2})
+        ThroughputMonitor.restore({**snap, "version": 9})
