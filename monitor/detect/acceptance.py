@@ -200,6 +200,17 @@ class OverdispersedCusum(Detector):
     VERSION = 2  # compact: see monitor.detect.base
     COMPACT = True
     READS = (1,)
+    # Slots, not an instance dict: some forty attributes, one detector per segment.
+    __slots__ = (
+        "min_effect", "effects", "false_alarm_days", "arl_requests", "two_sided",
+        "warmup_requests", "warmup_tokens", "baseline_chunk", "min_requests", "overdispersion",
+        "refine",
+        "_phase", "_drift", "_recovered", "_direction", "_n", "_ts_first", "_ts_last",
+        "_warm_a", "_warm_d", "_warm_tokens", "_rho", "_base", "_ref", "_p0", "_cal_n",
+        "_cal_rate", "_arl", "_side", "_delta", "_p1", "_ca", "_cb", "_h", "_cap", "_bank",
+        "_theta", "_s", "_ex", "_older", "_older_hist", "_newer", "_newer_hist", "_alarm",
+        "_since", "_rec_ca", "_rec_cb", "_rec_h", "_rec_s", "_rec_ex", "_back",
+    )
     # stored as given (``effects`` as the sorted list the constructor made of it)
     PARAMS = dict.fromkeys((
         "min_effect", "effects", "false_alarm_days", "arl_requests", "two_sided",

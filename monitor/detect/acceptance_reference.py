@@ -25,6 +25,10 @@ _R_BINS = 100  # ratio bins: 0.01 wide, r = 1 in a bin of its own
 _KEY = 128  # key = u-bin * _KEY + r-bin
 
 
+_NO_KEYS = np.empty(0, dtype=np.int64)
+_NO_VALUES = np.empty(0)
+
+
 class RequestHistogram:
     """Sparse histogram of requests by (information weight, acceptance ratio).
 
@@ -52,10 +56,10 @@ class RequestHistogram:
     def __init__(self, rho: float) -> None:
         self.rho = rho
         self.n = 0
-        self._keys = np.empty(0, dtype=np.int64)
-        self._count = np.empty(0)
-        self._wa = np.empty(0)
-        self._wd = np.empty(0)
+        # Shared empty arrays until the first bin (a size-0 array takes no write): every
+        # segment warming up holds two histograms that stay empty until its baseline.
+        self._keys = _NO_KEYS
+        self._count = self._wa = self._wd = _NO_VALUES
         self._queue_a: list[int] = []
         self._queue_d: list[int] = []
 

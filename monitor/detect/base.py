@@ -117,6 +117,10 @@ def without_same(data: Mapping[str, Any], fresh: Mapping[str, Any]) -> dict[str,
 class Detector:
     """Declared parameters and state; see the module docstring."""
 
+    # No instance dict of its own: a subclass with ``__slots__`` holds only its slots (one
+    # per segment and detector, by the ten thousand).
+    __slots__ = ()
+
     KIND: ClassVar[str] = ""
     VERSION: ClassVar[int] = 1
     # Snapshots leave out what equals a fresh detector's (see the module docstring); the

@@ -49,7 +49,7 @@ from statistics import NormalDist
 from typing import Any
 
 from monitor.detect.base import CHANGED, FIRING, ConditionDetector, field, nested
-from monitor.detect.windows import BucketRing, SlidingHistogram, ThinnedSample
+from monitor.detect.windows import BucketRing, PairSample, SlidingHistogram
 from monitor.telemetry.event import Event
 
 __all__ = ["ThroughputMonitor", "binom_sf", "fit_batch_factor", "proportion_rise_z"]
@@ -315,7 +315,7 @@ class ThroughputMonitor(ConditionDetector):
               "reservoir": int, "relative_accuracy": float}
     STATE = (FIRING, CHANGED, field("warm_start"), field("warm_events", load=int),
              field("warm_errors", load=int), field("warm_tput", load=int),
-             nested("sample", ThinnedSample), field("baseline", load=_opt_dict),
+             nested("sample", PairSample), field("baseline", load=_opt_dict),
              nested("ring", BucketRing), nested("hist", SlidingHistogram))
 
     def __init__(
@@ -353,7 +353,7 @@ class ThroughputMonitor(ConditionDetector):
 
     def _start_warmup(self) -> None:
         self._warm_start: float | None = None
-        self._sample = ThinnedSample(self.reservoir)
+        self._sample = PairSample(self.reservoir)
         self._warm_events = 0
         self._warm_errors = 0
         self._warm_tput = 0
@@ -731,7 +731,7 @@ class ThroughputMonitor(ConditionDetector):
             "requests": self._warm_tput,
         }
         self._norm = _norm(self._baseline)
-        self._sample = ThinnedSample(self.reservoir)  # the raw sample is no longer needed
+        self._sample = PairSample(self.reservoir)  # the raw sample is no longer needed
 
     def carried(self) -> ThroughputMonitor | None:
         """A monitor for the setup that replaced this one: this baseline (quantiles, batch

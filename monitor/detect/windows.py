@@ -22,10 +22,11 @@ the same order): :class:`SlidingHistogram` bins its newest bucket's values in bu
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["BucketRing", "SlidingHistogram", "ThinnedSample", "bucket_count"]
+__all__ = ["BucketRing", "PairSample", "SlidingHistogram", "ThinnedSample", "bucket_count"]
 
 # Values <= 0 share one bin below every positive bin (an int, so bins stay JSON-able and sortable).
 _ZERO_KEY = -(2**31)
@@ -529,6 +530,65 @@ class ThinnedSample:
     def restore(cls, data: dict[str, Any]) -> ThinnedSample:
         s = cls(data["capacity"])
         s.items = [tuple(i) if isinstance(i, list) else i for i in data["items"]]
+        s.stride = int(data["stride"])
+        s.seen = int(data["seen"])
+        return s
+
+
+class PairSample:
+    """:class:`ThinnedSample` of ``(int, float)`` pairs, kept in two arrays.
+
+    A segment's throughput warm-up samples every request's (batch size, throughput): as
+    tuples of boxed numbers that is some 90 bytes a pair, in two arrays 16. The same items,
+    the same thinning and the same snapshot as a :class:`ThinnedSample` of those tuples
+    (a float array stores the float itself: nothing is rounded).
+
+    >>> s, t = PairSample(capacity=4), ThinnedSample(capacity=4)
+    >>> for i in range(10):
+    ...     s.add((i, i / 4)); t.add((i, i / 4))
+    >>> s.items, s.snapshot() == t.snapshot()
+    ([(0, 0.0), (4, 1.0), (8, 2.0)], True)
+    >>> PairSample.restore(s.snapshot()).snapshot() == s.snapshot()
+    True
+    """
+
+    __slots__ = ("capacity", "_ints", "_floats", "stride", "seen")
+
+    def __init__(self, capacity: int = 2048) -> None:
+        if capacity < 2:
+            raise ValueError("capacity must be >= 2")
+        self.capacity = int(capacity)
+        self._ints = array("q")
+        self._floats = array("d")
+        self.stride = 1
+        self.seen = 0
+
+    def add(self, item: tuple[int, float]) -> None:
+        if self.seen % self.stride == 0:
+            self._ints.append(item[0])
+            self._floats.append(item[1])
+            if len(self._ints) > self.capacity:
+                self._ints = self._ints[::2]
+                self._floats = self._floats[::2]
+                self.stride *= 2
+        self.seen += 1
+
+    @property
+    def items(self) -> list[tuple[int, float]]:
+        """The kept pairs, in arrival order (a new list)."""
+        return list(zip(self._ints, self._floats, strict=True))
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"capacity": self.capacity,
+                "items": [[b, x] for b, x in zip(self._ints, self._floats, strict=True)],
+                "stride": self.stride, "seen": self.seen}
+
+    @classmethod
+    def restore(cls, data: dict[str, Any]) -> PairSample:
+        s = cls(data["capacity"])
+        for b, x in data["items"]:
+            s._ints.append(b)
+            s._floats.append(x)
         s.stride = int(data["stride"])
         s.seen = int(data["seen"])
         return s
