@@ -41,7 +41,7 @@ from typing import Any, Protocol, Self, runtime_checkable
 import numpy as np
 
 from monitor.detect.acceptance_reference import RequestHistogram
-from monitor.detect.base import Detector, without_same
+from monitor.detect.base import Detector, same_json
 from monitor.detect.calibration import quasi_cusum_thresholds
 from monitor.detect.exceptions import StateVersionError
 
@@ -958,7 +958,18 @@ class OverdispersedCusum(Detector):
         # Version 2 leaves out what equals a fresh warm-up's (``_reset`` does not depend on
         # the parameters): in warm-up, the raw requests and a few counters, not thirty
         # empty fields. Nothing is rounded: see :func:`monitor.detect.base.same_json`.
-        return {"state": without_same(self._full_state(), _reset_state())}
+        fresh = _reset_state()
+        state = {}
+        for name in self._STATE:
+            value = getattr(self, name)
+            if not same_json(value, fresh[name[1:]]):  # compared before it is copied
+                state[name[1:]] = _copy(value)
+        for name in self._HISTS:
+            hist = getattr(self, name)
+            value = None if hist is None else hist.to_json()
+            if not same_json(value, fresh[name[1:]]):
+                state[name[1:]] = value
+        return {"state": state}
 
     def _set_state(self, data: dict[str, Any]) -> None:
         # version 1 stored every key; version 2 leaves out those equal to a fresh warm-up's,

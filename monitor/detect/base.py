@@ -106,7 +106,9 @@ def same_json(value: Any, other: Any) -> bool:
         return value == other and math.copysign(1.0, value) == math.copysign(1.0, other)
     if kind in _SCALAR_TYPES:
         return bool(value == other)
-    return orjson.dumps(value) == orjson.dumps(other)
+    # ``==`` first: it tells most unequal containers apart at once (a length, a first
+    # number); only equal ones are written out, to tell 0 from 0.0 and -0.0 inside
+    return bool(value == other) and orjson.dumps(value) == orjson.dumps(other)
 
 
 def without_same(data: Mapping[str, Any], fresh: Mapping[str, Any]) -> dict[str, Any]:

@@ -53,7 +53,7 @@ def when(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, UTC)
 
 
-@dataclass
+@dataclass(slots=True)  # no instance dict: one per series, by the ten thousand
 class Segment:
     """Detectors of one route x model pair x draft length x temperature bucket."""
 
