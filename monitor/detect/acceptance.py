@@ -210,6 +210,7 @@ class OverdispersedCusum(Detector):
         "_cal_rate", "_arl", "_side", "_delta", "_p1", "_ca", "_cb", "_h", "_cap", "_bank",
         "_theta", "_s", "_ex", "_older", "_older_hist", "_newer", "_newer_hist", "_alarm",
         "_since", "_rec_ca", "_rec_cb", "_rec_h", "_rec_s", "_rec_ex", "_back",
+        "__weakref__",  # monitor/exposition.py keys a cache by detector
     )
     # stored as given (``effects`` as the sorted list the constructor made of it)
     PARAMS = dict.fromkeys((
