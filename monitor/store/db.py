@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from sqlalchemy import URL, Connection, Engine, create_engine, event, text
+from sqlalchemy import URL, Connection, Engine, column, create_engine, event, select, table
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
@@ -377,6 +377,7 @@ def create_if_new(url: str) -> bool:
 
 
 _VERSION_TABLE = "alembic_version"  # MigrationContext's default, which current_revision uses
+_VERSION_NUM = table(_VERSION_TABLE, column("version_num")).c.version_num
 _REVISION_NAMES = frozenset({"revision", "down_revision", "branch_labels", "depends_on"})
 
 
@@ -432,7 +433,7 @@ def _at_head_without_alembic(engine_or_url: Engine | str, display_url: str | Non
                 engine.connect().execution_options(**{READ_ONLY: True}) as conn:
             if not sa_inspect(conn).has_table(_VERSION_TABLE):
                 return False
-            rows = conn.execute(text(f"SELECT version_num FROM {_VERSION_TABLE}")).all()
+            rows = conn.execute(select(_VERSION_NUM)).all()
             return [tuple(r) for r in rows] == [(head,)]
     finally:
         if isinstance(engine_or_url, str):
