@@ -183,3 +183,26 @@ def test_a_version_1_snapshot_missing_a_key_is_refused(key: str) -> None:
     del inner[next(k for k in inner if k not in ("kind", "version", "params"))]
     with pytest.raises(StateVersionError):
         type(DETECTORS[key.split("/")[0]]()).restore(old)
+
+
+PINNED = json.loads((Path(__file__).parent / "data" / "compact_fresh.json").read_text())
+
+
+@pytest.mark.parametrize("kind", sorted(PINNED))
+def test_what_compact_snapshots_leave_out_is_pinned_to_their_version(kind: str) -> None:
+    """A compact snapshot leaves out the constructor's defaults and a fresh detector's state,
+    so a stored snapshot means what it meant only while both stay as they were: changing
+    either must come with a new VERSION (and a new entry in data/compact_fresh.json), or
+    stored state would restore with the new values in silence."""
+    from monitor.detect.acceptance import _reset_state
+    from monitor.detect.base import _fresh_of
+
+    cls = next(type(make()) for make in DETECTORS.values() if type(make()).KIND == kind)
+    defaults, fresh = _fresh_of(cls, {})
+    now = {"version": cls.VERSION, "defaults": defaults, "fresh": fresh}
+    if cls is OverdispersedCusum:
+        now["fresh_warmup"] = _reset_state()
+    assert json.dumps(now, sort_keys=True) == json.dumps(PINNED[kind], sort_keys=True), (
+        f"{kind}: its defaults or fresh state changed at version {cls.VERSION}; compact "
+        "snapshots stored before this change would restore differently: bump VERSION, keep "
+        "the old one readable, and record the new values in data/compact_fresh.json")
