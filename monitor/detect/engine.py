@@ -25,6 +25,7 @@ from typing import Any
 from monitor.alert_record import AlertRecord
 from monitor.change_record import ChangeRecord
 from monitor.config import DetectionConfig
+from monitor.detect.deferred import DeferredStates
 from monitor.detect.evaluate import Evaluator
 from monitor.detect.ownership import ENGINE_KEY, ROUTE_PREFIX, SEGMENT_PREFIX, DetectionState
 from monitor.detect.recommend import recommendations
@@ -83,9 +84,12 @@ class Detection:
         self._lossless.load(states, self._state.owns_route)
         self.loaded = True
 
-    def snapshot(self) -> dict[str, Any]:
-        """Snapshots of what changed since the last call, keyed for the state table."""
-        return {**self._state.snapshot(), **self._lossless.snapshot()}
+    def snapshot(self) -> DeferredStates:
+        """Snapshots of what changed since the last call, keyed for the state table; a
+        segment's is built when the store reads it (``DeferredStates``)."""
+        out = self._state.snapshot()
+        out.update(self._lossless.snapshot())
+        return out
 
     @property
     def now(self) -> float:

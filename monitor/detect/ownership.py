@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from monitor.detect.deferred import DeferredStates
 from monitor.detect.segments import Route, Segment, key_id
 from monitor.versioned import require_version
 
@@ -94,15 +95,16 @@ class DetectionState:
         self.dirty.clear()
         self.max_ts = self.last_tick = float("-inf")
 
-    def snapshot(self) -> dict[str, Any]:
-        """Snapshots of what changed since the last call, keyed for the state table."""
-        out: dict[str, Any] = {}
+    def snapshot(self) -> DeferredStates:
+        """Snapshots of what changed since the last call, keyed for the state table; each
+        is built when read (see :class:`~monitor.detect.deferred.DeferredStates`)."""
+        out = DeferredStates()
         for key in self.dirty:
             kind, _, name = key.partition(":")
             if kind == "route" and name in self.routes:
-                out[ROUTE_PREFIX + key_id([name])] = self.routes[name].snapshot()
+                out.defer(ROUTE_PREFIX + key_id([name]), self.routes[name].snapshot)
             elif kind == "segment" and name in self.segments:
-                out[SEGMENT_PREFIX + name] = self.segments[name].snapshot()
+                out.defer(SEGMENT_PREFIX + name, self.segments[name].snapshot)
         if self.dirty and self.clock == "event":
             # Only event-time runs read it back (a replay is one process); live, every
             # daemon of a consumer group would write this one row at every checkpoint.

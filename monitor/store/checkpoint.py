@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,11 +41,13 @@ class Checkpoint:
     ``rollups`` maps (series, minute bucket start in Unix seconds) to the statistics added
     since the last checkpoint; the store merges them into the minute, hour and day rows.
     ``state`` maps a state key (e.g. a detector's segment id) to a JSON-able snapshot that
-    replaces the stored one; ``alerts`` are the alert state changes decided since the last
-    checkpoint. Both come from the detection layer and may be empty. ``outbox`` holds the
-    notifications the alert lifecycle decided, one ``(sink, key, payload)`` per sink,
-    ``episodes`` the episode rows it changed and ``applied_baselines`` the ``(request id,
-    holder)`` of baseline requests applied: all written with the state that decided them.
+    replaces the stored one (any mapping: the store reads it a chunk of keys at a time, and
+    detection's builds each snapshot as it is read); ``alerts`` are the alert state changes
+    decided since the last checkpoint. Both come from the detection layer and may be empty.
+    ``outbox`` holds the notifications the alert lifecycle decided, one ``(sink, key,
+    payload)`` per sink, ``episodes`` the episode rows it changed and ``applied_baselines``
+    the ``(request id, holder)`` of baseline requests applied: all written with the state
+    that decided them.
     ``changes`` are the setup changes detection created or updated since the last checkpoint
     (``Detection.drain_changes()``), upserted by (source, change_id) into ``setup_changes``.
     ``experiments`` maps (experiment, arm, series, hour bucket start in Unix seconds) to the
@@ -55,7 +58,7 @@ class Checkpoint:
     source: str
     rollups: dict[tuple[SeriesKey, int], BucketStats] = field(default_factory=dict)
     partitions: list[PartitionCommit] = field(default_factory=list)
-    state: dict[str, Any] = field(default_factory=dict)
+    state: MutableMapping[str, Any] = field(default_factory=dict)
     alerts: list[AlertRecord] = field(default_factory=list)
     outbox: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
     episodes: list[dict[str, Any]] = field(default_factory=list)

@@ -20,6 +20,7 @@ from monitor.aggregate.series import SeriesKey
 from monitor.policy.slices import SLICE_COUNTERS, SLICE_FLOATS, SliceKey, SliceRecord, SliceStats
 from monitor.store.checkpoint import EXPERIMENT_BUCKET
 from monitor.store.hourly import merge_hourly, run_merged
+from monitor.store.series_ids import CHUNK
 from monitor.store.tables import policies_table, series_table, slice_rollups_table
 
 __all__ = ["SliceDeltaKey", "read_policies", "read_slice_records", "slice_hash",
@@ -83,6 +84,11 @@ def write_slices(
                                 SLICE_ROWS, utc)
         inserts += ins
         updates += upd
+        if len(inserts) + len(updates) >= CHUNK:
+            # written a chunk at a time: the rows of every slice at once would be the
+            # checkpoint's peak (the rows stay locked in hash order all the same)
+            run_merged(conn, slice_rollups_table, ("slice_hash",), inserts, updates)
+            inserts, updates = [], []
     run_merged(conn, slice_rollups_table, ("slice_hash",), inserts, updates)
 
 

@@ -143,7 +143,6 @@ class Store:
 
     def _commit(self, cp: Checkpoint) -> None:
         now = datetime.now(UTC)
-        state = writer.state_rows(cp.source, cp.state, now)
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
             with self._ids_lock:
                 known = dict(self._series_ids)
@@ -151,7 +150,7 @@ class Store:
                 # The collector paused: a checkpoint over thousands of series builds and
                 # keeps every touched row until it commits (monitor/heap.py).
                 with collector_paused(), self.engine.begin() as conn:
-                    ids = writer.write_checkpoint(conn, cp, known, state, now)
+                    ids = writer.write_checkpoint(conn, cp, known, now)
             except DBAPIError as exc:
                 if attempt == COMMIT_ATTEMPTS or not _retryable(exc):
                     raise

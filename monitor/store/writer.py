@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -31,6 +31,7 @@ from monitor.store.tables import (
 )
 
 FoldedKey = tuple[str, SeriesKey, int]
+SeriesRef = Any  # a series' id in the store, or its SeriesKey (fold)
 Row = dict[str, Any]  # BucketStats.to_row() form
 
 
@@ -109,27 +110,49 @@ def decode_ids(blob: bytes) -> list[tuple[str, float]]:
 
 def fold(rollups: Mapping[tuple[SeriesKey, int], BucketStats]) -> dict[FoldedKey, Row]:
     """Minute deltas keyed by (granularity, series, bucket start), merged per coarse bucket,
-    as rows (``BucketStats.to_row()`` form: what the store writes and adds).
+    as rows (``BucketStats.to_row()`` form: what the store writes and adds): all of
+    :func:`fold_chunks` at once."""
+    ids = {key: key for key, _ in rollups}
+    return {(gran, key, start): row for gran, rows in fold_chunks(rollups, ids)
+            for (key, start), row in rows.items()}
+
+
+def fold_chunks(
+    rollups: Mapping[tuple[SeriesKey, int], BucketStats], ids: Mapping[SeriesKey, SeriesRef]
+) -> Iterator[tuple[str, dict[tuple[SeriesRef, int], Row]]]:
+    """The rows of :func:`fold`, keyed by (``ids[series]``, bucket start), yielded a
+    granularity and a chunk of series at a time: minutes first, then hours, then days, each
+    in ascending ``ids`` order (the order the store locks rows in).
 
     Each level folds the one below it (minutes into hours, hours into days): a day merges
-    one row per hour touched, not one per minute. The caller's objects are never changed
-    (beyond folding their buffered latencies into their sketches): a checkpoint may be
-    retried as it is.
+    one row per hour touched, not one per minute. Only the level being written and the one
+    above it are held: a checkpoint over ten thousand series does not build every minute,
+    hour and day row before writing the first. Within a series the rows add in the order
+    the deltas came, so each row is the same to the bit whatever the chunking. The caller's
+    objects are never changed (beyond folding their buffered latencies into their
+    sketches): a checkpoint may be retried as it is.
     """
-    out: dict[FoldedKey, Row] = {}
     add = BUCKET_ROWS.add
-    level: list[tuple[SeriesKey, int, Row]] = [
-        (key, int(ts), stats.to_row()) for (key, ts), stats in rollups.items()]
+    level: dict[SeriesRef, list[tuple[int, Any]]] = {}
+    for (key, ts), stats in rollups.items():
+        level.setdefault(ids[key], []).append((int(ts), stats))
+    finest = True
     for gran, size in GRANULARITIES.items():
-        keys: dict[FoldedKey, None] = {}
-        for key, ts, row in level:
-            k = (gran, key, ts - ts % size)
-            acc = out.get(k)
-            # A bucket with one delta shares its row (rows are never changed in place).
-            out[k] = row if acc is None else add(acc, row)
-            keys[k] = None
-        level = [(key, start, out[(gran, key, start)]) for gran, key, start in keys]
-    return out
+        coarser: dict[SeriesRef, list[tuple[int, Any]]] = {}
+        for part in chunks(sorted(level)):
+            rows: dict[tuple[SeriesRef, int], Row] = {}
+            for ref in part:
+                for ts, item in level[ref]:
+                    row = item.to_row() if finest else item
+                    k = (ref, ts - ts % size)
+                    acc = rows.get(k)
+                    # A bucket with one delta shares its row (rows are never changed in
+                    # place).
+                    rows[k] = row if acc is None else add(acc, row)
+            for (ref, start), row in rows.items():
+                coarser.setdefault(ref, []).append((start, row))
+            yield gran, rows
+        level, finest = coarser, False
 
 
 def spans(rollups: Mapping[tuple[SeriesKey, int], BucketStats]) -> dict[SeriesKey, tuple]:
@@ -164,29 +187,28 @@ def _all_spans(cp: Checkpoint) -> dict[SeriesKey, tuple]:
 # The UPDATE of one rollup row (tests run it directly).
 _UPDATE_ROLLUP = update_statement(rollups_table, ("granularity",))
 
-
-def merge_rollups(
-    conn: Connection, folded: Mapping[FoldedKey, Row], ids: Mapping[SeriesKey, int]
-) -> None:
-    """Read-merge-write the touched rows, a chunk of series at a time: one SELECT per chunk,
-    one executemany each way. Chunks keep the transient memory of a checkpoint over many
-    series (stored rows decoded, rows to write encoded) to one chunk's worth."""
-    by_gran: dict[str, dict[int, dict[int, Row]]] = {}
-    for (gran, key, start), row in folded.items():
-        by_gran.setdefault(gran, {}).setdefault(ids[key], {})[start] = row
-    for gran, by_sid in by_gran.items():
-        fixed = {"granularity": gran}
-        for sid_part in chunks(sorted(by_sid)):
-            rows = {(sid, start): row for sid in sid_part for start, row in by_sid[sid].items()}
-            inserts, updates = merge_hourly(conn, rollups_table, fixed, rows, {}, BUCKET_ROWS,
-                                            utc)
-            run_merged(conn, rollups_table, ("granularity",), inserts, updates)
+# State snapshots built, encoded and written per chunk (a segment's is about 3.5 kB of JSON).
+STATE_CHUNK = 500
 
 
-def state_rows(source: str, state: Mapping[str, Any], now: datetime) -> list[dict[str, Any]]:
-    """Rows for ``state_snapshots``; checked before the transaction starts."""
+def merge_rollups(conn: Connection, rollups: Mapping[tuple[SeriesKey, int], BucketStats],
+                  ids: Mapping[SeriesKey, int]) -> None:
+    """Fold the minute deltas and read-merge-write the touched rows, a granularity and a
+    chunk of series at a time (:func:`fold_chunks`): one SELECT per chunk, one executemany
+    each way. Chunks keep the transient memory of a checkpoint over many series (rows
+    folded, stored rows decoded, rows to write encoded) to about one chunk's worth."""
+    for gran, rows in fold_chunks(rollups, ids):
+        inserts, updates = merge_hourly(conn, rollups_table, {"granularity": gran}, rows, {},
+                                        BUCKET_ROWS, utc)
+        run_merged(conn, rollups_table, ("granularity",), inserts, updates)
+
+
+def state_rows(
+    source: str, state: Iterable[tuple[str, Any]], now: datetime
+) -> list[dict[str, Any]]:
+    """Rows for ``state_snapshots`` from (key, snapshot) pairs, each checked."""
     rows = []
-    for key, value in state.items():
+    for key, value in state:
         version = value.get("version") if isinstance(value, Mapping) else None
         if not isinstance(version, int) or isinstance(version, bool):
             raise ValueError(f"state {key!r}: a snapshot must be a mapping with an int 'version'")
@@ -213,11 +235,19 @@ def upsert_state(conn: Connection, rows: list[dict[str, Any]]) -> None:
         executemany(conn, dialect_statement(conn, "upsert_state", _upsert_state_stmt), rows)
 
 
+def write_state(conn: Connection, source: str, state: Mapping[str, Any], now: datetime) -> None:
+    """Upsert ``state`` a chunk of keys at a time: a snapshot is read (and, for detection's
+    :class:`~monitor.detect.deferred.DeferredStates`, built), encoded and written, then
+    dropped, so a checkpoint over many segments never holds them all at once."""
+    keys = list(state)
+    for part in chunks(keys, STATE_CHUNK):
+        upsert_state(conn, state_rows(source, ((k, state[k]) for k in part), now))
+
+
 def write_checkpoint(
     conn: Connection,
     cp: Checkpoint,
     known_ids: Mapping[SeriesKey, int],
-    state: list[dict[str, Any]],
     now: datetime,
 ) -> dict[SeriesKey, int]:
     """All of a checkpoint's writes; returns the series ids it resolved (to cache on commit)."""
@@ -226,12 +256,12 @@ def write_checkpoint(
     ids: dict[SeriesKey, int] = {}
     if cp.rollups or cp.experiments or cp.slices:
         ids = resolve_series(conn, _all_spans(cp), known_ids)
-        merge_rollups(conn, fold(cp.rollups), ids)
+        merge_rollups(conn, cp.rollups, ids)
         if cp.experiments:
             write_experiments(conn, cp.experiments, ids, utc)
         if cp.slices:
             write_slices(conn, cp.slices, ids, utc)
-    upsert_state(conn, state)
+    write_state(conn, cp.source, cp.state, now)
     write_alerts(conn, cp.source, cp.alerts, now)
     write_changes(conn, cp.source, cp.changes)
     if cp.outbox or cp.episodes or cp.applied_baselines:

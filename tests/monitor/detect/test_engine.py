@@ -206,7 +206,7 @@ class _Member:
             self.detection.observe(_partition(e), [e])
 
     def checkpoint(self) -> None:
-        self.store.update(orjson.loads(orjson.dumps(self.detection.snapshot())))
+        self.store.update(orjson.loads(orjson.dumps(dict(self.detection.snapshot()))))
         self.committed += self.detection.drain()
 
 
@@ -251,7 +251,7 @@ def test_a_killed_members_routes_go_on_at_a_peer_exactly_as_in_one_process(
     for e in events:
         whole.observe(_partition(e), [e])
     expected_alerts = sorted(whole.drain(), key=_key)
-    expected_state = orjson.loads(orjson.dumps(whole.snapshot()))
+    expected_state = orjson.loads(orjson.dumps(dict(whole.snapshot())))
 
     store: dict[str, Any] = {}
     a, b = _Member(store, {0}), _Member(store, {1})

@@ -39,6 +39,6 @@ def test_fold_as_rows_equals_folding_bucket_stats() -> None:
            for i in range(3000)]
     expected = {k: s.to_row() for k, s in _reference_fold(rollups_of(evs)).items()}
     got = fold(rollups_of(evs))
-    assert list(got) == list(expected)
-    assert orjson.dumps(list(got.values())) == orjson.dumps(list(expected.values()))
+    assert sorted(got) == sorted(expected)
+    assert all(orjson.dumps(got[k]) == orjson.dumps(expected[k]) for k in expected)
     assert {k[0] for k in got} == {"minute", "hour", "day"}
