@@ -327,3 +327,59 @@ def test_concurrent_commits_to_different_partitions_both_land(
 def test_counter_columns_match_bucket_stats() -> None:
     assert set(COUNTERS) <= set(rollups_table.c.keys())
     assert series_key(event("x", T0)).route == "code"
+
+
+class _Snapshot(dict):  # a dict that can be watched for its end (weakref.finalize)
+    pass
+
+
+def test_deferred_state_is_built_and_written_a_chunk_at_a_time(store: Store) -> None:
+    from weakref import finalize
+
+    from monitor.detect.deferred import DeferredStates
+    from monitor.store.writer import STATE_CHUNK
+
+    live = {"now": 0, "most": 0, "built": 0}
+
+    def gone() -> None:
+        live["now"] -= 1
+
+    def builder(i: int) -> Any:
+        def build() -> _Snapshot:
+            snap = _Snapshot(kind="segment", version=1, n=i)
+            live["now"] += 1
+            live["built"] += 1
+            live["most"] = max(live["most"], live["now"])
+            finalize(snap, gone)
+            return snap
+        return build
+
+    n = 2 * STATE_CHUNK + 37
+    state = DeferredStates()
+    for i in range(n):
+        state.defer(f"detect/segment/s{i:05d}", builder(i))
+    state["detect/engine"] = {"kind": "engine", "version": 1, "max_ts": None}
+    cp = checkpoint(_events(3), next_offset=3)
+    cp.state = state
+    store.commit(cp)
+
+    stored = store.load_state("telemetry")
+    assert len(stored) == n + 1
+    assert all(stored[f"detect/segment/s{i:05d}"]["n"] == i for i in range(n))
+    # every snapshot built once, and never more than a chunk of them alive at once
+    assert live["built"] == n
+    assert live["most"] <= STATE_CHUNK < n
+
+
+def test_a_snapshot_without_a_version_writes_nothing(store: Store) -> None:
+    from monitor.detect.deferred import DeferredStates
+
+    state = DeferredStates()
+    state.defer("detect/segment/good", lambda: {"version": 1})
+    state.defer("detect/segment/bad", lambda: {"kind": "segment"})
+    cp = checkpoint(_events(3), next_offset=3)
+    cp.state = state
+    with pytest.raises(ValueError, match="int 'version'"):
+        store.commit(cp)
+    assert store.load_state("telemetry") == {}
+    assert store.ratios(granularity="minute") == []

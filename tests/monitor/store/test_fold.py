@@ -42,3 +42,22 @@ def test_fold_as_rows_equals_folding_bucket_stats() -> None:
     assert sorted(got) == sorted(expected)
     assert all(orjson.dumps(got[k]) == orjson.dumps(expected[k]) for k in expected)
     assert {k[0] for k in got} == {"minute", "hour", "day"}
+
+
+def test_fold_in_small_chunks_equals_the_fold_at_once(monkeypatch) -> None:
+    import monitor.store.writer as writer
+
+    rng = random.Random(11)
+    evs = [event(f"r{i}", T0 + rng.randrange(0, 30 * 3600), f"route{i % 7}",
+                 e2e_ms=rng.uniform(50, 5000), gpu_seconds=rng.uniform(0, 3))
+           for i in range(2000)]
+    expected = {k: s.to_row() for k, s in _reference_fold(rollups_of(evs)).items()}
+    real = writer.chunks
+    monkeypatch.setattr(writer, "chunks", lambda items: real(items, 2))
+    got = fold(rollups_of(evs))
+    assert sorted(got) == sorted(expected)
+    assert all(orjson.dumps(got[k]) == orjson.dumps(expected[k]) for k in expected)
+    seen = [gran for gran, _ in writer.fold_chunks(rollups_of(evs),
+                                                   {k: k for k, _ in rollups_of(evs)})]
+    # a granularity at a time, minutes first, in chunks of two series
+    assert seen == sorted(seen, key=list(GRANULARITIES).index) and len(seen) > 3 * 3
