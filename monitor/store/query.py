@@ -329,7 +329,7 @@ def ratio_table(
     until: datetime | None,
     price_per_gpu_hour: float | None = None,
     sketches: Sequence[str] = (),
-) -> tuple[list[RatioRow], dict[tuple[SeriesKey, datetime], Sketches]]:
+) -> tuple[list[RatioRow], RowSketches]:
     """Ratio rows, sorted, and per row the stored sketches ``sketches`` (of
     :data:`SKETCHES`) that a table's quantile columns read, in one pass over the rows."""
     _check_sketches(sketches)
@@ -346,8 +346,8 @@ def ratio_table(
     rank = {key: i for i, key in enumerate(sorted(series.values()))}
     p50 = 2 + len(_RATIO_COUNTERS)
     p99 = p50 + 1
-    keyed: list[tuple[datetime, int, RatioRow]] = []
-    latency: dict[tuple[SeriesKey, datetime], Sketches] = {}
+    # Each row's sorting key, the row, and the driver's row (its sketches' texts after p99).
+    keyed: list[tuple[datetime, int, RatioRow, Any]] = []
     new = RatioRow
     starts = _Starts()
     for key, batch in rollup_batches(conn, columns, granularity, series, route, since, until,
@@ -356,14 +356,76 @@ def ratio_table(
         made = [new(starts[row[1]], granularity, key, *row[2:p99 + 1], price_per_gpu_hour)
                 for row in batch]
         order = rank[key]
-        keyed += [(r.bucket_start, order, r) for r in made]
-        if sketches:
-            latency.update(zip([(key, r.bucket_start) for r in made], [
-                Sketches({n: StoredSketch(v) for n, v in zip(sketches, row[p99 + 1:],
-                                                             strict=True)})
-                for row in batch], strict=True))
+        keyed += [(r.bucket_start, order, r, row) for r, row in zip(made, batch, strict=True)]
     keyed.sort(key=_START_AND_RANK)
-    return [t[2] for t in keyed], latency
+    rows = [t[2] for t in keyed]
+    return rows, RowSketches(sketches, rows, [t[3] for t in keyed] if sketches else [], p99 + 1)
+
+
+class RowSketches(Mapping[tuple[SeriesKey, datetime], "Sketches"]):
+    """The stored sketches ``names`` of each row :func:`ratio_table` read, by (series,
+    start): each row's :class:`Sketches`, made on the first lookup. A table of those very
+    rows reads each sketch's column of texts instead (:meth:`texts`): 28,800 rows' mapping
+    entries are not made at all."""
+
+    def __init__(self, names: Sequence[str], rows: list[RatioRow], raw: Sequence[Any],
+                 at: int) -> None:
+        """``raw``: each row's driver row, its sketches' texts from position ``at`` on."""
+        self.names = tuple(names)
+        self._rows = rows
+        self._raw = raw
+        self._at = at
+        self._made: dict[tuple[SeriesKey, datetime], Sketches] | None = None
+
+    def _mapping(self) -> dict[tuple[SeriesKey, datetime], Sketches]:
+        made = self._made
+        if made is None:
+            made = {}
+            if self.names:
+                at, names = self._at, self.names
+                made = {(r.series, r.bucket_start): Sketches({
+                    n: StoredSketch(row[at + j]) for j, n in enumerate(names)})
+                    for r, row in zip(self._rows, self._raw, strict=True)}
+            self._made = made
+        return made
+
+    def __getitem__(self, key: tuple[SeriesKey, datetime]) -> Sketches:
+        return self._mapping()[key]
+
+    def __iter__(self) -> Iterator[tuple[SeriesKey, datetime]]:
+        return iter(self._mapping())
+
+    def __len__(self) -> int:
+        return len(self._mapping())
+
+    def __bool__(self) -> bool:  # without making the mapping
+        return bool(self.names and self._rows)
+
+    def texts(self, rows: Sequence[RatioRow], name: str) -> list[Any] | None:
+        """Sketch ``name``'s stored text of each of ``rows``, when they are the rows read
+        with it (the same objects, in the same order); else None."""
+        if name not in self.names or len(rows) != len(self._rows) or not all(
+                map(operator.is_, rows, self._rows)):
+            return None
+        at = self._at + self.names.index(name)
+        return [row[at] for row in self._raw]
+
+
+class _StoredTexts(Sequence[Any]):
+    """Stored sketch texts read as :class:`StoredSketch` objects, each made when asked for
+    (what :class:`SketchColumn` falls back to for a text not in the store's layout)."""
+
+    def __init__(self, texts: Sequence[Any]) -> None:
+        self._texts = texts
+
+    def __len__(self) -> int:
+        return len(self._texts)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [None if t is None else StoredSketch(t) for t in self._texts[i]]
+        t = self._texts[i]
+        return None if t is None else StoredSketch(t)
 
 
 # ``bucket_start`` as the driver returns it: SQLite's text, PostgreSQL's aware datetime.
@@ -654,7 +716,13 @@ def _quantile(heading: str, sketch: str, q: float, spec: str, unit: str = "") ->
         return "-" if v is None else format(v, spec) + unit
 
     def cells(_: Sequence[RatioRow], column: SketchColumn) -> list[str]:
-        return ["-" if v is None else format(v, spec) + unit for v in column.quantiles(q)]
+        values = column.quantiles(q)
+        distinct = set(values)
+        if 0.0 in distinct:  # 0.0 and -0.0 are one key, not one text
+            return ["-" if v is None else format(v, spec) + unit for v in values]
+        # A column's quantiles are a few hundred bucket values: each formatted once.
+        texts = {v: "-" if v is None else format(v, spec) + unit for v in distinct}
+        return list(map(texts.__getitem__, values))
 
     return _Column(heading, value, numeric=True, sketch=sketch, cells=cells)
 
@@ -805,11 +873,20 @@ def _chosen_table(rows: Sequence[RatioRow], columns: Sequence[str], latency: Lat
                         cells=lambda rs, _: [pairs[r.series] for r in rs])
                 if name == "pair" else c for name, c in zip(columns, cols, strict=True)]
     stats: Sequence[Any] = [None] * len(rows)
-    if latency and any(c.latency for c in cols):
-        stats = [latency.get((r.series, r.bucket_start)) for r in rows]
     # A quantile column reads its sketches' column, parsed once for p50 and p99 alike.
     names = dict.fromkeys(c.sketch for c in cols if c.sketch)
-    sketches = {name: _sketch_column(stats, name) for name in names}
+    sketches: dict[str, SketchColumn] = {}
+    if isinstance(latency, RowSketches):  # ratio_table's: the texts, row by row, as read
+        for name in names:
+            texts = latency.texts(rows, name)
+            if texts is None:
+                break
+            sketches[name] = SketchColumn(texts, _StoredTexts(texts))
+        else:
+            names = {}
+    if names and latency:
+        stats = [latency.get((r.series, r.bucket_start)) for r in rows]
+    sketches.update((name, _sketch_column(stats, name)) for name in names)
     return _aligned_columns([c.numeric for c in cols], [
         [c.heading, *c.column(rows, stats if c.sketch is None else sketches[c.sketch])]
         for c in cols])

@@ -309,7 +309,7 @@ class Store:
         since: datetime | None = None,
         until: datetime | None = None,
         price_per_gpu_hour: float | None = None,
-    ) -> tuple[list[RatioRow], dict[tuple[SeriesKey, datetime], query.Sketches]]:
+    ) -> tuple[list[RatioRow], query.RowSketches]:
         """:meth:`ratios`, and per row the latency sketches ``sketches`` (``ttft_ms``...)
         that a table's quantile columns read, in one query (``specwatch ratios``)."""
         with collector_paused(), self._reader.connect() as conn:

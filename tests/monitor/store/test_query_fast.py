@@ -9,6 +9,7 @@ import io
 import json
 import math
 import random
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 
 import orjson
@@ -132,6 +133,15 @@ def test_the_raw_read_is_the_typed_one_on_a_random_store(store: Store) -> None:
         columns = (*NARROW_COLUMNS, "e2e_p99")
         assert (format_ratios(rows, "table", columns=columns, latency=latency)
                 == format_ratios(rows, "table", columns=columns, latency=full))
+        # The table of ratio_table's own rows reads the sketches' texts column by column;
+        # other rows (a subset, a copy) look them up: the same text either way.
+        plain = dict(latency)
+        assert len(plain) == len(rows) and latency.keys() == plain.keys()
+        for some in (rows, rows[::2], [replace(r) for r in rows]):
+            assert (format_ratios(some, "table", columns=columns, latency=latency)
+                    == format_ratios(some, "table", columns=columns, latency=plain))
+        bare_rows, bare = store.ratio_table((), granularity=granularity)
+        assert bare_rows == rows and not bare and dict(bare) == {}
         for key, sketches in latency.items():
             for q in (0.0, 0.5, 0.99, 1.0):
                 got, want = sketches.ttft_ms.quantile(q), full[key].ttft_ms.quantile(q)
@@ -159,8 +169,7 @@ def test_a_sketch_columns_quantiles_are_each_sketchs(seed: int) -> None:
     for column_texts in (texts, odd):
         stored = [None if t is None else StoredSketch(t) for t in column_texts]
         column = SketchColumn([None if s is None else s.raw for s in stored], stored)
-        parsed = [f is not None
-                  for f, t in zip(column._parsed, column_texts, strict=True) if t is not None]
+        parsed = [f for f, t in zip(column.parsed, column_texts, strict=True) if t is not None]
         assert all(parsed) if column_texts is texts else not any(parsed)
         for q in (0.0, 0.01, 0.5, 0.9, 0.99, 0.999, 1.0):
             want = [None if t is None else quantile_of(orjson.loads(t), q)
@@ -168,3 +177,43 @@ def test_a_sketch_columns_quantiles_are_each_sketchs(seed: int) -> None:
             assert column.quantiles(q) == want
     with pytest.raises(ValueError):
         SketchColumn(texts, [None] * len(texts)).quantiles(1.5)
+
+
+def test_a_sketch_column_reads_odd_texts_in_the_layout_as_each_sketch_does() -> None:
+    """Texts that match the store's layout yet are not its sketches (keys and counts of
+    different lengths, numbers that do not read, counts without keys), other accuracies and
+    negative keys beside the store's own: every quantile is the decoded sketch's."""
+    rng = random.Random(11)
+    own = [json_text(_random_sketch(rng).to_json()) for _ in range(40)]
+    other = LogHistogram(relative_accuracy=0.05)
+    for v in (0.2, 0.5, 3.0, 3.0, 70.0):
+        other.update(v)
+    odd = [
+        '{"a":0.01,"k":[-3,1,2],"c":[1,1,1],"z":1,"n":4,"s":1.0}',
+        '{"a":0.01,"k":[],"c":[],"z":0,"n":0,"s":0.0}',
+        '{"a":0.01,"k":[5],"c":[2],"z":0,"n":2,"s":9.0}',
+        json_text(other.to_json()),
+    ]
+    broken = [
+        '{"a":0.01,"k":[1,2],"c":[3],"z":0,"n":4,"s":1.0}',  # counts short of the keys
+        '{"a":0.01,"k":[1,,2],"c":[1,1,1],"z":0,"n":3,"s":1.0}',  # an empty key
+        '{"a":0.01,"k":[],"c":[],"z":0,"n":3,"s":1.0}',  # counts beyond the zeros, no key
+        '{"a":1e,"k":[1],"c":[1],"z":0,"n":1,"s":1.0}',  # an accuracy that does not read
+    ]
+    for extra in [odd, *([b] for b in broken)]:
+        texts: list[str | None] = [*own[:20], *extra, None, *own[20:]]
+        stored = [None if t is None else StoredSketch(t) for t in texts]
+        column = SketchColumn([None if s is None else s.raw for s in stored], stored)
+        for q in (0.0, 0.01, 0.3, 0.5, 0.99, 1.0):
+            want = []
+            for t in texts:
+                try:
+                    want.append(None if t is None else quantile_of(orjson.loads(t), q))
+                except (orjson.JSONDecodeError, ValueError):  # unreadable: StoredSketch too
+                    want = None
+                    break
+            if want is None:
+                with pytest.raises((orjson.JSONDecodeError, ValueError)):
+                    column.quantiles(q)
+            else:
+                assert column.quantiles(q) == want
