@@ -380,3 +380,25 @@ def test_opening_a_migrated_store_does_not_import_alembic(tmp_path: Path) -> Non
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, check=True).stdout.strip()
     assert out == "False"
+
+
+def test_reading_ratios_from_sqlite_does_not_import_the_postgresql_dialect(
+        tmp_path: Path) -> None:
+    """`specwatch ratios` on SQLite: the writers' dialect INSERTs (monitor/store/series_ids.py)
+    import PostgreSQL's dialect only when a PostgreSQL database writes."""
+    from monitor.store.db import upgrade
+
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    upgrade(url)
+    code = ("import sys\n"
+            "import monitor.cli\n"
+            "from monitor.store.query import NARROW_COLUMNS, format_ratios, sketches_for\n"
+            "from monitor.store.store import Store\n"
+            f"store = Store({url!r})\n"
+            "rows, latency = store.ratio_table(sketches_for(NARROW_COLUMNS))\n"
+            "format_ratios(rows, 'table', columns=NARROW_COLUMNS, latency=latency)\n"
+            "store.close()\n"
+            "print('sqlalchemy.dialects.postgresql' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout.strip()
+    assert out == "False"

@@ -9,7 +9,6 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, bindparam, case, or_, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.dml import Insert
 
 from monitor.aggregate.series import SeriesKey
@@ -31,10 +30,16 @@ def chunks(items: Sequence[T], size: int = CHUNK) -> Iterator[Sequence[T]]:
 
 def dialect_insert(conn: Connection, table: Any) -> Insert:
     """An INSERT that supports ``on_conflict_*`` on this connection's database."""
+    # Imported here: a reader never needs either dialect's INSERT, and importing
+    # PostgreSQL's dialect costs every command's start-up on SQLite.
     name = conn.dialect.name
     if name == "postgresql":
+        from sqlalchemy.dialects import postgresql
+
         return postgresql.insert(table)
     if name == "sqlite":
+        from sqlalchemy.dialects import sqlite
+
         return sqlite.insert(table)
     raise StoreError(f"unsupported database: {name}")
 
