@@ -148,9 +148,12 @@ def timed(url: str, route: str, since: datetime, repeat: int, *,
         span = {"granularity": "hour", "route": route, "since": since}
         if formatted:  # what `specwatch ratios --route` does for its default table
             if hasattr(store, "ratio_table"):
-                from monitor.store.query import sketches_for
+                from monitor.store import query
 
-                out, latency = store.ratio_table(sketches_for(NARROW_COLUMNS), **span)
+                fields = getattr(query, "fields_for", None)  # the counters the table shows
+                out, latency = store.ratio_table(
+                    query.sketches_for(NARROW_COLUMNS), **span,
+                    **({"fields": fields(NARROW_COLUMNS)} if fields else {}))
             else:  # an older tree (this file copied into it): its two reads
                 out, latency = store.ratios(**span), store.buckets(**span)
             format_ratios(out, "table", columns=NARROW_COLUMNS, latency=latency)

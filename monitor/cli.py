@@ -166,7 +166,7 @@ def _ratio_columns(value: str) -> tuple[str, ...]:
 
 
 def cmd_ratios(args: argparse.Namespace) -> int:
-    from monitor.store.query import NARROW_COLUMNS, format_ratios, sketches_for
+    from monitor.store.query import NARROW_COLUMNS, fields_for, format_ratios, sketches_for
     from monitor.store.store import Store
 
     table = args.format == "table"
@@ -179,9 +179,12 @@ def cmd_ratios(args: argparse.Namespace) -> int:
     span = {"granularity": args.granularity, "route": args.route, "since": args.since,
             "until": args.until}
     try:
-        sketches = sketches_for(columns) if table and columns else ()
+        shaped = table and columns
+        # A table reads only what its columns show (JSON and CSV carry every field).
         rows, latency = store.ratio_table(
-            sketches, **span, price_per_gpu_hour=config.cost.price_per_gpu_hour)
+            sketches_for(columns) if shaped else (), **span,
+            price_per_gpu_hour=config.cost.price_per_gpu_hour,
+            fields=fields_for(columns) if shaped else None)
     finally:
         store.close()
     out = format_ratios(rows, args.format, columns=columns if table else None, latency=latency)

@@ -10,13 +10,23 @@ import itertools
 import json
 import operator
 import unicodedata
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, Select, String, Text, bindparam, cast, select, type_coerce
+from sqlalchemy import (
+    Connection,
+    Select,
+    String,
+    Text,
+    bindparam,
+    cast,
+    null,
+    select,
+    type_coerce,
+)
 
 from monitor.aggregate.bucket import COUNTERS, FLOATS, OUTCOME_COUNTERS, SKETCHES, BucketStats
 from monitor.aggregate.outcome import OutcomeRates, cost_per_success
@@ -329,17 +339,29 @@ def ratio_table(
     until: datetime | None,
     price_per_gpu_hour: float | None = None,
     sketches: Sequence[str] = (),
+    fields: Collection[str] | None = None,
 ) -> tuple[list[RatioRow], RowSketches]:
     """Ratio rows, sorted, and per row the stored sketches ``sketches`` (of
-    :data:`SKETCHES`) that a table's quantile columns read, in one pass over the rows."""
+    :data:`SKETCHES`) that a table's quantile columns read, in one pass over the rows.
+
+    ``fields`` (:func:`fields_for` a table's columns): the only counters and ITL sketches of
+    :class:`RatioRow` read; the rows hold ``None`` for the others (so that anything reading
+    one fails rather than shows a wrong number). None: every field."""
     _check_sketches(sketches)
     check_range(granularity, since, until)
     r = rollups_table.c
+
+    def wanted(field: str, column: Any) -> Any:
+        # NULL for a field not read: the row's layout stays, its stored value is not read.
+        return column if fields is None or field in fields else null().label(field)
+
     # Every column as the driver gives it: the start and the sketches skip SQLAlchemy's
     # per-row result processing (a route's 30 days are 28,800 rows); the start is converted
     # once per distinct value below, the sketches decoded only when a quantile is read.
-    columns = [*(r[name] for name in _RATIO_COUNTERS),
-               *(cast(r[n], Text) for n in ("itl_p50_ms", "itl_p99_ms", *sketches))]
+    columns = [*(wanted(name, r[name]) for name in _RATIO_COUNTERS),
+               *(wanted(f"{n[:-3]}_sketch", cast(r[n], Text))
+                 for n in ("itl_p50_ms", "itl_p99_ms")),
+               *(cast(r[n], Text) for n in sketches)]
     series = series_of(conn, route)
     # Sorted by key here rather than in SQL: string order must not depend on the server's
     # collation. Rows sort by (start, rank of their series), never comparing keys per row.
@@ -812,6 +834,50 @@ def sketches_for(columns: Iterable[str]) -> tuple[str, ...]:
     """
     names = (TABLE_COLUMNS[c].sketch for c in columns)
     return tuple(dict.fromkeys(n for n in names if n is not None))
+
+
+# The RatioRow fields each derived table column reads (a column named after a field reads
+# that field; the series key, the start and the granularity are always read).
+_DERIVED_FROM: dict[str, tuple[str, ...]] = {
+    "acceptance_rate": ("accepted_tokens", "drafted_tokens"),
+    "mean_accepted_length": ("accepted_tokens", "verify_steps"),
+    "success_rate": ("successes", "requests"),
+    "ok_rate": ("outcome_ok_true", "outcome_ok_reported"),
+    "schema_valid_rate": ("schema_valid_true", "schema_valid_reported"),
+    "tool_calls_valid_rate": ("tool_calls_valid_true", "tool_calls_valid_reported"),
+    "gpu_seconds_estimated_share": ("requests", "gpu_reported_requests"),
+    "gpu_seconds_per_success": ("successes", "gpu_seconds"),
+    "successes_per_gpu_second": ("successes", "gpu_seconds"),
+    "cost_per_success": ("successes", "gpu_seconds"),
+    "itl_p50_ms": ("itl_p50_sketch",),
+    "itl_p99_ms": ("itl_p99_sketch",),
+}
+# What a table of any columns reads whatever they are: not a counter or a stored sketch.
+_ALWAYS_READ = frozenset({"bucket_start", "pair", *SeriesKey._fields, "granularity"})
+
+
+_NO_COLUMN = _Column("", lambda r, s: "")
+
+
+def fields_for(columns: Iterable[str]) -> frozenset[str] | None:
+    """The :class:`RatioRow` counters and ITL sketches that ``columns`` (of
+    :data:`TABLE_COLUMNS`) show, for :func:`ratio_table`'s ``fields``; None (every field)
+    when a column is not known to read only those.
+
+    >>> sorted(fields_for(NARROW_COLUMNS))
+    ['accepted_tokens', 'drafted_tokens', 'requests']
+    """
+    out: set[str] = set()
+    for c in columns:
+        if c in _ALWAYS_READ or TABLE_COLUMNS.get(c, _NO_COLUMN).sketch is not None:
+            continue
+        if c in _DERIVED_FROM:
+            out.update(_DERIVED_FROM[c])
+        elif c in _RATIO_COUNTERS:
+            out.add(c)
+        else:
+            return None
+    return frozenset(out)
 
 
 def _aligned(headings: Sequence[str], numeric: Sequence[bool],

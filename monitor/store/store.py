@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -309,12 +309,14 @@ class Store:
         since: datetime | None = None,
         until: datetime | None = None,
         price_per_gpu_hour: float | None = None,
+        fields: Collection[str] | None = None,
     ) -> tuple[list[RatioRow], query.RowSketches]:
         """:meth:`ratios`, and per row the latency sketches ``sketches`` (``ttft_ms``...)
-        that a table's quantile columns read, in one query (``specwatch ratios``)."""
+        that a table's quantile columns read, in one query (``specwatch ratios``); only the
+        counters ``fields`` when given (``query.fields_for`` the table's columns)."""
         with collector_paused(), self._reader.connect() as conn:
             return query.ratio_table(conn, granularity, route, since, until,
-                                     price_per_gpu_hour, sketches)
+                                     price_per_gpu_hour, sketches, fields)
 
     def stats(
         self,

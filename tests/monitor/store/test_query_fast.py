@@ -24,10 +24,12 @@ from monitor.store.query import (
     _RATIO_COUNTERS,
     COLUMNS,
     NARROW_COLUMNS,
+    TABLE_COLUMNS,
     RatioRow,
     StoredSketch,
     _json_value,
     _text_value,
+    fields_for,
     sketches_for,
     utc_start,
 )
@@ -217,3 +219,39 @@ def test_a_sketch_column_reads_odd_texts_in_the_layout_as_each_sketch_does() -> 
                     column.quantiles(q)
             else:
                 assert column.quantiles(q) == want
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_table_shows_the_same_from_only_the_fields_its_columns_read(seed: int) -> None:
+    """fields_for names every counter a column's cells read: rows holding None for every
+    other counter (as ratio_table reads them with ``fields``) show the same cells."""
+    rows = _random_rows(random.Random(seed), 200)
+    rows = [replace(r, itl_p50_sketch=json_text(_random_sketch(random.Random(i)).to_json()),
+                    itl_p99_sketch=None if i % 3 else json_text(
+                        _random_sketch(random.Random(-i)).to_json()))
+            for i, r in enumerate(rows)]
+    optional = {"itl_p50_sketch", "itl_p99_sketch"}
+    for name, column in TABLE_COLUMNS.items():
+        if column.sketch is not None:
+            continue
+        fields = fields_for([name])
+        assert fields is not None, name
+        unread = {f: None for f in (*_RATIO_COUNTERS, *optional) if f not in fields}
+        reduced = [replace(r, **unread) for r in rows]
+        assert (format_ratios(reduced, "table", columns=[name])
+                == format_ratios(rows, "table", columns=[name])), name
+    assert fields_for(["requests", "accept", "pair"]) is None  # a heading: not known here
+    assert fields_for(NARROW_COLUMNS) == {"requests", "accepted_tokens", "drafted_tokens"}
+
+
+def test_ratio_table_reads_only_the_fields_asked_for(store: Store) -> None:
+    _random_store(store, 6)
+    columns = (*NARROW_COLUMNS, "mean_accepted_length", "itl_p50_ms")
+    fields = fields_for(columns)
+    full, full_latency = store.ratio_table(sketches_for(columns))
+    rows, latency = store.ratio_table(sketches_for(columns), fields=fields)
+    assert rows and len(rows) == len(full)
+    assert all(r.errors is None and r.gpu_seconds is None and r.itl_p99_sketch is None
+               and r.verify_steps is not None and r.requests is not None for r in rows)
+    assert (format_ratios(rows, "table", columns=columns, latency=latency)
+            == format_ratios(full, "table", columns=columns, latency=full_latency))
