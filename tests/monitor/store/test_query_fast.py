@@ -255,3 +255,27 @@ def test_ratio_table_reads_only_the_fields_asked_for(store: Store) -> None:
                and r.verify_steps is not None and r.requests is not None for r in rows)
     assert (format_ratios(rows, "table", columns=columns, latency=latency)
             == format_ratios(full, "table", columns=columns, latency=full_latency))
+
+
+def test_rows_made_field_by_field_are_the_dataclass_rows() -> None:
+    """ratio_table sets RatioRow's slots a field at a time over a batch: the rows equal
+    those its __init__ makes, every field set, and they stay frozen."""
+    from dataclasses import FrozenInstanceError, fields
+
+    from monitor.store.query import _ratio_rows, _Starts
+
+    rng = random.Random(3)
+    key = SeriesKey("r", "t", "1", "tok", "d", "2", "dtok", "", 4)
+    batch = [(7, f"2026-11-0{1 + i % 3} 0{i % 10}:00:00.000000",
+              *(rng.choice([0, 5, None, 2**40]) for _ in _RATIO_COUNTERS),
+              rng.choice([None, '{"a":0.01}']), None, "ttft text") for i in range(50)]
+    for price in (None, 2.5):
+        rows = _ratio_rows(batch, _Starts(), "hour", key, price)
+        want = [RatioRow(utc_start(b[1]), "hour", key, *b[2:4 + len(_RATIO_COUNTERS)], price)
+                for b in batch]
+        assert rows == want
+        assert all(getattr(r, f.name) == getattr(w, f.name)
+                   for r, w in zip(rows, want, strict=True) for f in fields(RatioRow))
+    with pytest.raises(FrozenInstanceError):
+        rows[0].requests = 1  # type: ignore[misc]
+    assert _ratio_rows([], _Starts(), "hour", key, None) == []
