@@ -379,7 +379,11 @@ def ratio_table(
         keyed += [(r.bucket_start, order, r, row) for r, row in zip(made, batch, strict=True)]
     keyed.sort(key=_START_AND_RANK)
     rows = [t[2] for t in keyed]
-    return rows, RowSketches(sketches, rows, [t[3] for t in keyed] if sketches else [], p99 + 1)
+    # Each sketch's texts in the rows' order: the driver's rows are not kept.
+    texts: dict[str, list[Any]] = {}
+    for j, name in enumerate(sketches):
+        texts[name] = [t[3][p99 + 1 + j] for t in keyed]
+    return rows, RowSketches(rows, texts)
 
 
 class RowSketches(Mapping[tuple[SeriesKey, datetime], "Sketches"]):
@@ -388,13 +392,11 @@ class RowSketches(Mapping[tuple[SeriesKey, datetime], "Sketches"]):
     rows reads each sketch's column of texts instead (:meth:`texts`): 28,800 rows' mapping
     entries are not made at all."""
 
-    def __init__(self, names: Sequence[str], rows: list[RatioRow], raw: Sequence[Any],
-                 at: int) -> None:
-        """``raw``: each row's driver row, its sketches' texts from position ``at`` on."""
-        self.names = tuple(names)
+    def __init__(self, rows: list[RatioRow], texts: Mapping[str, list[Any]]) -> None:
+        """``texts``: each sketch's stored text (or None) of each of ``rows``, by name."""
+        self.names = tuple(texts)
         self._rows = rows
-        self._raw = raw
-        self._at = at
+        self._texts = texts
         self._made: dict[tuple[SeriesKey, datetime], Sketches] | None = None
 
     def _mapping(self) -> dict[tuple[SeriesKey, datetime], Sketches]:
@@ -402,10 +404,10 @@ class RowSketches(Mapping[tuple[SeriesKey, datetime], "Sketches"]):
         if made is None:
             made = {}
             if self.names:
-                at, names = self._at, self.names
+                names = self.names
                 made = {(r.series, r.bucket_start): Sketches({
-                    n: StoredSketch(row[at + j]) for j, n in enumerate(names)})
-                    for r, row in zip(self._rows, self._raw, strict=True)}
+                    n: StoredSketch(t) for n, t in zip(names, row_texts, strict=True)})
+                    for r, *row_texts in zip(self._rows, *self._texts.values(), strict=True)}
             self._made = made
         return made
 
@@ -424,11 +426,10 @@ class RowSketches(Mapping[tuple[SeriesKey, datetime], "Sketches"]):
     def texts(self, rows: Sequence[RatioRow], name: str) -> list[Any] | None:
         """Sketch ``name``'s stored text of each of ``rows``, when they are the rows read
         with it (the same objects, in the same order); else None."""
-        if name not in self.names or len(rows) != len(self._rows) or not all(
+        if name not in self._texts or len(rows) != len(self._rows) or not all(
                 map(operator.is_, rows, self._rows)):
             return None
-        at = self._at + self.names.index(name)
-        return [row[at] for row in self._raw]
+        return self._texts[name]
 
 
 class _StoredTexts(Sequence[Any]):
@@ -920,14 +921,26 @@ def _aligned_columns(numeric: Sequence[bool], columns: Sequence[Sequence[str]]) 
     for is_num, column in zip(numeric, columns, strict=True):
         if "".join(column).isascii():
             w = max(map(len, column))
-            padded.append([c.rjust(w) for c in column] if is_num else
-                          [c.ljust(w) for c in column])
+            padded.append(list(map(str.rjust if is_num else str.ljust, column,
+                                   itertools.repeat(w))))
             continue
-        widths = [_width(c) for c in column]
-        w = max(widths)
-        padded.append([" " * (w - cw) + c if is_num else c + " " * (w - cw)
-                       for c, cw in zip(column, widths, strict=True)])
-    return "\n".join("  ".join(line).rstrip() for line in zip(*padded, strict=True)) + "\n"
+        # Such a column (pairs with "…", routes in other scripts) repeats a few values:
+        # each distinct one measured and padded once.
+        widths = {c: _width(c) for c in set(column)}
+        w = max(widths.values())
+        pad = {c: " " * (w - cw) + c if is_num else c + " " * (w - cw)
+               for c, cw in widths.items()}
+        padded.append(list(map(pad.__getitem__, column)))
+    if not padded:
+        return "\n"
+    lines = zip(*padded, strict=True)
+    # Each line without its trailing whitespace: only the last column can leave any, and
+    # when none of its cells ends in whitespace no line has any to strip.
+    last = padded[-1]
+    ends = "".join(map(operator.itemgetter(-1), last)) if all(last) else " "
+    if "".join(ends.split()) == ends:
+        return "\n".join(map("  ".join, lines)) + "\n"
+    return "\n".join("  ".join(line).rstrip() for line in lines) + "\n"
 
 
 def _pair_labels(rows: Iterable[RatioRow]) -> dict[SeriesKey, str]:

@@ -279,3 +279,34 @@ def test_rows_made_field_by_field_are_the_dataclass_rows() -> None:
     with pytest.raises(FrozenInstanceError):
         rows[0].requests = 1  # type: ignore[misc]
     assert _ratio_rows([], _Starts(), "hour", key, None) == []
+
+
+def _plain_aligned(numeric: list[bool], columns: list[list[str]]) -> str:
+    """What _aligned_columns wrote before distinct values were padded once and lines left
+    unstripped when nothing trails."""
+    from monitor.store.query import _width
+
+    padded = []
+    for is_num, column in zip(numeric, columns, strict=True):
+        widths = [_width(c) for c in column]
+        w = max(widths)
+        padded.append([" " * (w - cw) + c if is_num else c + " " * (w - cw)
+                       for c, cw in zip(column, widths, strict=True)])
+    return "\n".join("  ".join(line).rstrip() for line in zip(*padded, strict=True)) + "\n"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_aligned_columns_are_the_plain_ones(seed: int) -> None:
+    from monitor.store.query import _aligned_columns
+
+    rng = random.Random(seed)
+    cells = ["1", "22", "-", "0.643", "route", "日本語", "x…y", "tail ", "\u3000", " ", "",
+             "a\tb", "é", "e\u0301"]
+    for _ in range(30):
+        numeric = [rng.random() < 0.5 for _ in range(rng.randint(1, 4))]
+        columns = [[f"h{i}", *(rng.choice(cells) for _ in range(rng.randint(0, 8)))]
+                   for i in range(len(numeric))]
+        length = min(map(len, columns))
+        columns = [c[:length] for c in columns]
+        assert _aligned_columns(numeric, columns) == _plain_aligned(numeric, columns)
+    assert _aligned_columns([], []) == "\n"
