@@ -165,7 +165,16 @@ def _ratio_columns(value: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _one_blas_thread() -> None:
+    """Before numpy is first imported: OpenBLAS starts one thread per core at import, and
+    they cost a reading command's process about 0.07 CPU s for nothing (no command that
+    calls this does linear algebra). A value set by the user is kept."""
+    if "numpy" not in sys.modules:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 def cmd_ratios(args: argparse.Namespace) -> int:
+    _one_blas_thread()
     from monitor.store.query import NARROW_COLUMNS, fields_for, format_ratios, sketches_for
     from monitor.store.store import Store
 

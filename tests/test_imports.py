@@ -402,3 +402,29 @@ def test_reading_ratios_from_sqlite_does_not_import_the_postgresql_dialect(
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, check=True).stdout.strip()
     assert out == "False"
+
+
+@pytest.mark.parametrize("preset", [None, "3"])
+def test_specwatch_ratios_starts_numpy_with_one_blas_thread_unless_told(
+        tmp_path: Path, preset: str | None) -> None:
+    """OpenBLAS's thread per core, started when numpy is imported, costs `specwatch ratios`
+    CPU for nothing: the command asks for one thread before its first numpy import, and
+    keeps a value the user set."""
+    import os
+
+    from monitor.store.db import upgrade
+
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    upgrade(url)
+    code = ("import io, os, sys, contextlib\n"
+            "import monitor.cli\n"
+            "assert 'numpy' not in sys.modules\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    monitor.cli.main(['ratios', '--db', {url!r}])\n"
+            "print('numpy' in sys.modules, os.environ.get('OPENBLAS_NUM_THREADS'))")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if preset is not None:
+        env["OPENBLAS_NUM_THREADS"] = preset
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, check=True, env=env).stdout.strip()
+    assert out == f"True {preset or 1}"
