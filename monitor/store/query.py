@@ -1037,7 +1037,60 @@ def _format_ratios(rows: list[RatioRow], fmt: str, columns: Sequence[str] | None
 _SERIES_FIELDS = frozenset(SeriesKey._fields) | {"granularity"}
 # The fields that vary by row, bucket_start aside, in COLUMNS order.
 _NUMBERS = tuple(c for c in COLUMNS[1:] if c not in _SERIES_FIELDS)
-_get_numbers = operator.attrgetter(*_NUMBERS)
+# The ITL quantiles close every row (COLUMNS' last two): read for all rows at once
+# (_itl_quantiles), the other numbers row by row.
+_ITL = (("itl_p50_sketch", 0.5), ("itl_p99_sketch", 0.99))
+assert COLUMNS[-2:] == _NUMBERS[-2:] == ("itl_p50_ms", "itl_p99_ms")
+_get_numbers = operator.attrgetter(*_NUMBERS[:-2])
+
+
+class _Decoded:
+    """A row's stored ITL sketch read as its property reads it (:func:`_stored_quantile`):
+    what :class:`SketchColumn` falls back to for a sketch not in the store's text layout."""
+
+    __slots__ = ("_stored",)
+
+    def __init__(self, stored: str | dict[str, Any]) -> None:
+        self._stored = stored
+
+    def quantile(self, q: float) -> float | None:
+        return _stored_quantile(self._stored, q)
+
+
+class _DecodedColumn(Sequence[Any]):
+    def __init__(self, stored: Sequence[Any]) -> None:
+        self._stored = stored
+
+    def __len__(self) -> int:
+        return len(self._stored)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [None if v is None else _Decoded(v) for v in self._stored[i]]
+        v = self._stored[i]
+        return None if v is None else _Decoded(v)
+
+
+def _itl_quantiles(rows: Sequence[RatioRow]) -> Iterator[tuple[float | None, float | None]]:
+    """Each row's ``(itl_p50_ms, itl_p99_ms)``, the same values as its properties, from
+    each sketch column parsed at once (:class:`SketchColumn`) rather than each sketch
+    decoded by orjson and read by quantile_of."""
+    columns = []
+    for name, q in _ITL:
+        stored = list(map(operator.attrgetter(name), rows))
+        try:
+            distinct = list(dict.fromkeys(stored))
+        except TypeError:  # a decoded sketch (a dict) among them
+            distinct = stored
+        if len(distinct) * 2 > len(stored):
+            columns.append(SketchColumn(stored, _DecodedColumn(stored)).quantiles(q))
+            continue
+        # Mostly repeated texts (a route without ITL reports: one empty sketch's text on
+        # every row): each distinct text read once.
+        values = dict(zip(distinct, SketchColumn(distinct, _DecodedColumn(distinct))
+                          .quantiles(q), strict=True))
+        columns.append(list(map(values.__getitem__, stored)))
+    return zip(*columns, strict=True)
 
 
 def _json_objects(rows: Sequence[RatioRow]) -> list[str]:
@@ -1048,7 +1101,7 @@ def _json_objects(rows: Sequence[RatioRow]) -> list[str]:
     templates: dict[tuple[SeriesKey, str], str] = {}
     starts: dict[datetime, str] = {}
     out = []
-    for r in rows:
+    for r, itl in zip(rows, _itl_quantiles(rows), strict=True):
         series = (r.series, r.granularity)
         template = templates.get(series)
         if template is None:
@@ -1058,7 +1111,7 @@ def _json_objects(rows: Sequence[RatioRow]) -> list[str]:
             start = starts[r.bucket_start] = json.dumps(rfc3339(r.bucket_start))
         out.append(template % (start, *[
             "null" if v is None else v if v.__class__ is not float or v - v == 0.0
-            else json.dumps(v) for v in _get_numbers(r)]))
+            else json.dumps(v) for v in _get_numbers(r) + itl]))
     return out
 
 
@@ -1075,7 +1128,7 @@ def _json_template(row: RatioRow) -> str:
     return "{" + ", ".join(parts) + "}"
 
 
-_get_fields = operator.attrgetter(*COLUMNS[1:])
+_get_fields = operator.attrgetter(*COLUMNS[1:-2])  # the ITL quantiles: _itl_quantiles
 
 
 def _csv(rows: Sequence[RatioRow]) -> str:
@@ -1088,13 +1141,13 @@ def _csv(rows: Sequence[RatioRow]) -> str:
     quoted = csv.writer(buf, lineterminator="\n", quoting=csv.QUOTE_ALL)
     w.writerow(COLUMNS)
     writers: dict[tuple[SeriesKey, str], Any] = {}
-    for r in rows:
+    for r, itl in zip(rows, _itl_quantiles(rows), strict=True):
         series = (r.series, r.granularity)
         write = writers.get(series)
         if write is None:  # only the series' strings can hold a "\r"
             texts = [_text_value(r, c) for c in _SERIES_FIELDS]
             write = writers[series] = (quoted if any("\r" in v for v in texts) else w).writerow
-        write((_bucket_rfc3339(r.bucket_start), *_get_fields(r)))
+        write((_bucket_rfc3339(r.bucket_start), *_get_fields(r), *itl))
     return buf.getvalue()
 
 

@@ -310,3 +310,30 @@ def test_aligned_columns_are_the_plain_ones(seed: int) -> None:
         columns = [c[:length] for c in columns]
         assert _aligned_columns(numeric, columns) == _plain_aligned(numeric, columns)
     assert _aligned_columns([], []) == "\n"
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_json_and_csv_itl_quantiles_are_each_rows_properties(seed: int) -> None:
+    """JSON and CSV read the ITL quantiles of all rows at once (SketchColumn): the same
+    values as each row's itl_p50_ms / itl_p99_ms, whatever form its sketch is stored in."""
+    rng = random.Random(seed)
+
+    def stored() -> str | dict | None:
+        h = _random_sketch(rng)
+        return rng.choice([None, json_text(h.to_json()), json_text(h.to_json()),
+                           json.dumps(h.to_json()), h.to_json()])
+
+    rows = [replace(r, itl_p50_sketch=stored(), itl_p99_sketch=stored())
+            for r in _random_rows(rng, 200)]
+    assert format_ratios(rows, "json") == _plain_json(rows)
+    assert format_ratios(rows, "csv") == _plain_csv(rows)
+    texts_only = [replace(r, itl_p50_sketch=json_text(_random_sketch(rng).to_json()))
+                  for r in rows]
+    assert format_ratios(texts_only, "json") == _plain_json(texts_only)
+    # Repeated texts (each read once) beside unique ones and None.
+    rng2 = random.Random(seed + 100)
+    few = [None, json_text(LogHistogram().to_json()), json_text(_random_sketch(rng2).to_json())]
+    repeated = [replace(r, itl_p50_sketch=rng2.choice(few), itl_p99_sketch=few[i % 2])
+                for i, r in enumerate(rows)]
+    assert format_ratios(repeated, "json") == _plain_json(repeated)
+    assert format_ratios(repeated, "csv") == _plain_csv(repeated)
