@@ -167,8 +167,8 @@ def _ratio_columns(value: str) -> tuple[str, ...]:
 
 def _one_blas_thread() -> None:
     """Before numpy is first imported: OpenBLAS starts one thread per core at import, and
-    they cost a reading command's process about 0.07 CPU s for nothing (no command that
-    calls this does linear algebra). A value set by the user is kept."""
+    starting them costs a reading command's process CPU for nothing (no command that calls
+    this does linear algebra). A value set by the user is kept."""
     if "numpy" not in sys.modules:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
