@@ -432,21 +432,23 @@ class RowSketches(Mapping[tuple[SeriesKey, datetime], "Sketches"]):
         return self._texts[name]
 
 
-class _StoredTexts(Sequence[Any]):
-    """Stored sketch texts read as :class:`StoredSketch` objects, each made when asked for
-    (what :class:`SketchColumn` falls back to for a text not in the store's layout)."""
+class _Made(Sequence[Any]):
+    """``make(v)`` of each value of ``values`` (None stays None), made when asked for: what
+    :class:`SketchColumn` falls back to for a text not in the store's layout."""
 
-    def __init__(self, texts: Sequence[Any]) -> None:
-        self._texts = texts
+    def __init__(self, values: Sequence[Any], make: Callable[[Any], Any]) -> None:
+        self._values = values
+        self._make = make
 
     def __len__(self) -> int:
-        return len(self._texts)
+        return len(self._values)
 
     def __getitem__(self, i: Any) -> Any:
+        make = self._make
         if isinstance(i, slice):
-            return [None if t is None else StoredSketch(t) for t in self._texts[i]]
-        t = self._texts[i]
-        return None if t is None else StoredSketch(t)
+            return [None if v is None else make(v) for v in self._values[i]]
+        v = self._values[i]
+        return None if v is None else make(v)
 
 
 # RatioRow's slots, in _ROW_LAYOUT order: each field's setter (what the frozen dataclass's
@@ -986,7 +988,7 @@ def _chosen_table(rows: Sequence[RatioRow], columns: Sequence[str], latency: Lat
             texts = latency.texts(rows, name)
             if texts is None:
                 break
-            sketches[name] = SketchColumn(texts, _StoredTexts(texts))
+            sketches[name] = SketchColumn(texts, _Made(texts, StoredSketch))
         else:
             names = {}
     if names and latency:
@@ -1057,20 +1059,6 @@ class _Decoded:
         return _stored_quantile(self._stored, q)
 
 
-class _DecodedColumn(Sequence[Any]):
-    def __init__(self, stored: Sequence[Any]) -> None:
-        self._stored = stored
-
-    def __len__(self) -> int:
-        return len(self._stored)
-
-    def __getitem__(self, i: Any) -> Any:
-        if isinstance(i, slice):
-            return [None if v is None else _Decoded(v) for v in self._stored[i]]
-        v = self._stored[i]
-        return None if v is None else _Decoded(v)
-
-
 def _itl_quantiles(rows: Sequence[RatioRow]) -> Iterator[tuple[float | None, float | None]]:
     """Each row's ``(itl_p50_ms, itl_p99_ms)``, the same values as its properties, from
     each sketch column parsed at once (:class:`SketchColumn`) rather than each sketch
@@ -1083,11 +1071,11 @@ def _itl_quantiles(rows: Sequence[RatioRow]) -> Iterator[tuple[float | None, flo
         except TypeError:  # a decoded sketch (a dict) among them
             distinct = stored
         if len(distinct) * 2 > len(stored):
-            columns.append(SketchColumn(stored, _DecodedColumn(stored)).quantiles(q))
+            columns.append(SketchColumn(stored, _Made(stored, _Decoded)).quantiles(q))
             continue
         # Mostly repeated texts (a route without ITL reports: one empty sketch's text on
         # every row): each distinct text read once.
-        values = dict(zip(distinct, SketchColumn(distinct, _DecodedColumn(distinct))
+        values = dict(zip(distinct, SketchColumn(distinct, _Made(distinct, _Decoded))
                           .quantiles(q), strict=True))
         columns.append(list(map(values.__getitem__, stored)))
     return zip(*columns, strict=True)
