@@ -47,7 +47,7 @@ def run(raw: list[bytes], group: int) -> tuple[float, bytes]:
     for i in range(0, len(events), group):
         detection.observe(0, events[i:i + group])
     cpu = time.process_time() - started
-    return cpu, orjson.dumps(detection.snapshot(), option=orjson.OPT_SORT_KEYS)
+    return cpu, orjson.dumps(dict(detection.snapshot()), option=orjson.OPT_SORT_KEYS)
 
 
 def main() -> int:
