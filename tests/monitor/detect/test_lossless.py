@@ -313,7 +313,7 @@ def test_a_restart_raises_the_alerts_of_one_uninterrupted_run() -> None:
     first = Detection(config(lossless_max_prompts=80))
     first.observe(0, events[:1000])
     got = records(first)
-    stored = orjson.loads(orjson.dumps(first.snapshot()))
+    stored = orjson.loads(orjson.dumps(dict(first.snapshot())))
     second = Detection(config(lossless_max_prompts=80))
     second.load(stored)
     second.observe(0, events[1000:])
