@@ -12,6 +12,10 @@ process, peak resident memory (``ru_maxrss``) and the ratio of the N-series rate
     PYTHONPATH=. python bench/series_replay.py                       # 200,000 events, N = 10,000
     PYTHONPATH=. python bench/series_replay.py --series 1000,10000 --events 500000
     PYTHONPATH=. python bench/series_replay.py --tree ../old-checkout  # the same on another tree
+    PYTHONPATH=. python bench/series_replay.py --keep /tmp/sr  # keep the files and config
+
+``--keep DIR`` leaves the inputs (``base.jsonl``, ``n<N>.jsonl``, ``config.yaml``) in DIR for
+``bench/replay_checkpoints.py`` and ``bench/checkpoint_memory.py``.
 """
 
 from __future__ import annotations
@@ -79,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tree", type=Path, default=HERE.parent,
                    help="the checkout whose specwatch runs (default: this one)")
     p.add_argument("--seed", type=int, default=6)
+    p.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                   help="write the event files and config here and keep them (the stores "
+                   "are still temporary)")
     args = p.parse_args(argv)
     sizes = [int(s) for s in args.series.split(",")]
 
@@ -87,19 +94,21 @@ def main(argv: list[str] | None = None) -> int:
         events.append(e)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        config = work / "config.yaml"
+        files = args.keep or work
+        files.mkdir(parents=True, exist_ok=True)
+        config = files / "config.yaml"
         config.write_text(CONFIG.format(per_route=max(256, 100),
                                         total=max(20_000, max(sizes) + 1_000)))
         print(f"tree: {args.tree}; {args.events:,} events; detection on; SQLite")
         print(f"{'series':>8} {'events/s':>9} {'CPU s':>7} {'peak RSS MB':>12} {'x 5 series':>11}")
-        base_path = work / "base.jsonl"
+        base_path = files / "base.jsonl"
         write_events(base_path, events, None)
         base = run(args.tree, base_path, config, work / "base.db")
         rate = base["rate"]
         print(f"{5:>8} {rate:>9,.0f} {base['cpu_s']:>7.1f} {base['maxrss_mb']:>12.0f} "
               f"{1.0:>11.2f}")
         for n in sizes:
-            path = work / f"n{n}.jsonl"
+            path = files / f"n{n}.jsonl"
             write_events(path, events, n)
             got = run(args.tree, path, config, work / f"n{n}.db")
             r = got["rate"]

@@ -1,5 +1,5 @@
-"""bench/series_replay.py, bench/ratios.py and bench/detection_batch.py on small sizes: they
-run and print their rows."""
+"""bench/series_replay.py, bench/replay_checkpoints.py, bench/ratios.py and
+bench/detection_batch.py on small sizes: they run and print their rows."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ REPO = Path(__file__).resolve().parents[2]
 ENV = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
 
 
-def test_series_replay_prints_five_series_and_each_n_with_its_ratio() -> None:
+def test_series_replay_prints_five_series_and_each_n_with_its_ratio(tmp_path: Path) -> None:
     out = subprocess.run(
-        [sys.executable, "bench/series_replay.py", "--events", "3000", "--series", "50,300"],
+        [sys.executable, "bench/series_replay.py", "--events", "3000", "--series", "50,300",
+         "--keep", str(tmp_path)],
         cwd=REPO, capture_output=True, text=True, check=True, timeout=300, env=ENV,
     ).stdout
     rows = {int(m[1].replace(",", "")): m for m in re.finditer(
@@ -22,6 +23,25 @@ def test_series_replay_prints_five_series_and_each_n_with_its_ratio() -> None:
     assert sorted(rows) == [5, 50, 300], out
     assert float(rows[5][5]) == 1.0
     assert all(int(r[2].replace(",", "")) > 0 and int(r[4]) > 0 for r in rows.values())
+    # --keep: the inputs stay, and bench/replay_checkpoints.py takes them
+    assert {f.name for f in tmp_path.iterdir()} == {"base.jsonl", "n50.jsonl", "n300.jsonl",
+                                                   "config.yaml"}
+    assert sum(1 for _ in (tmp_path / "n300.jsonl").open()) == 3000
+    out = subprocess.run(
+        [sys.executable, "bench/replay_checkpoints.py", str(tmp_path / "n300.jsonl"),
+         "--config", str(tmp_path / "config.yaml")],
+        cwd=REPO, capture_output=True, text=True, check=True, timeout=300, env=ENV,
+    ).stdout
+    commits = re.findall(r"^commit (\d+): ([\d.]+) CPU s; ([\d,]+) rollup deltas, ([\d,]+) "
+                         r"slice deltas, ([\d,]+) snapshots, ([\d,]+) changes$", out, re.M)
+    assert commits, out
+    assert [int(c[0]) for c in commits] == list(range(1, len(commits) + 1))
+    assert sum(int(c[2].replace(",", "")) for c in commits) > 0
+    total = re.search(r"^replay ([\d.]+) CPU s, of which commits ([\d.]+) s \(\d+%\) in "
+                      r"(\d+); resident at the end (\d+) MB, peak (\d+) MB$", out, re.M)
+    assert total, out
+    assert int(total[3]) == len(commits)
+    assert float(total[2]) <= float(total[1]) and int(total[4]) <= int(total[5])
 
 
 def test_ratios_reads_a_routes_hours_by_the_primary_key() -> None:

@@ -1,0 +1,80 @@
+"""Where a `specwatch replay`'s CPU and memory go: each checkpoint's commit, and the heap left.
+
+Runs ``specwatch replay FILE`` in this process (a fresh SQLite store) and prints, per
+checkpoint, the CPU seconds of the store's transaction and what it wrote (rollup deltas,
+slice deltas, snapshots, change records); then the whole replay's CPU, the share of it in
+commits, and resident memory at the end (after the collector and ``malloc_trim``: what the
+process keeps) beside its peak. Made for issue 18's 10,000-series input
+(``bench/series_replay.py --keep DIR`` leaves the files), to tell a per-series cost paid
+once per checkpoint from one paid per event.
+
+    PYTHONPATH=. python bench/series_replay.py --keep /tmp/sr    # writes the inputs
+    cd /tmp/sr && PYTHONPATH=$OLDPWD python $OLDPWD/bench/replay_checkpoints.py n10000.jsonl \
+        --config config.yaml
+    cd /tmp/sr && PYTHONPATH=$OLDPWD python $OLDPWD/bench/replay_checkpoints.py base.jsonl \
+        --config config.yaml
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+
+def resident_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("events", type=Path, help="a JSON-lines file of telemetry events")
+    p.add_argument("--config", type=Path, default=None)
+    args = p.parse_args(argv)
+
+    from monitor import heap
+    from monitor.cli import main as cli
+    from monitor.store.store import Store
+
+    commits: list[float] = []
+    commit = Store._commit
+
+    def timed_commit(self: Store, cp: Any) -> Any:
+        started = time.process_time()
+        out = commit(self, cp)
+        spent = time.process_time() - started
+        commits.append(spent)
+        print(f"commit {len(commits)}: {spent:.2f} CPU s; {len(cp.rollups):,} rollup deltas, "
+              f"{len(cp.slices):,} slice deltas, {len(cp.state):,} snapshots, "
+              f"{len(cp.changes):,} changes", flush=True)
+        return out
+
+    Store._commit = timed_commit  # type: ignore[method-assign]
+    started = time.process_time()
+    with tempfile.TemporaryDirectory() as tmp:
+        argv_replay = ["replay", str(args.events), "--db", f"sqlite:///{tmp}/replay.db",
+                       "--no-progress"]
+        if args.config is not None:
+            argv_replay += ["--config", str(args.config)]
+        code = cli(argv_replay)
+    total = time.process_time() - started
+    gc.collect()
+    heap.release()
+    spent = sum(commits)
+    print(f"replay {total:.2f} CPU s, of which commits {spent:.2f} s ({spent / total:.0%}) "
+          f"in {len(commits)}; resident at the end {resident_mb():.0f} MB, peak "
+          f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
