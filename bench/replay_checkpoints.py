@@ -9,10 +9,10 @@ process keeps) beside its peak. Made for issue 18's 10,000-series input
 once per checkpoint from one paid per event.
 
     PYTHONPATH=. python bench/series_replay.py --keep /tmp/sr    # writes the inputs
-    cd /tmp/sr && PYTHONPATH=$OLDPWD python $OLDPWD/bench/replay_checkpoints.py n10000.jsonl \
-        --config config.yaml
-    cd /tmp/sr && PYTHONPATH=$OLDPWD python $OLDPWD/bench/replay_checkpoints.py base.jsonl \
-        --config config.yaml
+    PYTHONPATH=. python bench/replay_checkpoints.py /tmp/sr/n10000.jsonl \
+        --config /tmp/sr/config.yaml
+    PYTHONPATH=. python bench/replay_checkpoints.py /tmp/sr/base.jsonl \
+        --config /tmp/sr/config.yaml
 """
 
 from __future__ import annotations
