@@ -13,6 +13,7 @@ config), to tell the checkpoint's transient peak from what stays live.
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 import tempfile
 import tracemalloc
@@ -26,6 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("events", type=Path, help="a JSON-lines file of telemetry events")
     p.add_argument("--config", type=Path, default=None)
+    p.add_argument("--top", type=int, default=0, metavar="N",
+                   help="then the N source lines holding the most traced memory at the end "
+                   "(what stays live, after a collection)")
     args = p.parse_args(argv)
 
     tracemalloc.start()
@@ -83,6 +87,12 @@ def main(argv: list[str] | None = None) -> int:
         code = cli(argv_replay)
     print(f"traced at the end {traced():.0f} MB; highest checkpoint peak "
           f"{max(peaks, default=0.0):.0f} MB")
+    if args.top:
+        gc.collect()
+        for stat in tracemalloc.take_snapshot().statistics("lineno")[:args.top]:
+            frame = stat.traceback[0]
+            print(f"  {stat.size / MB:7.1f} MB {stat.count:>9,} blocks  "
+                  f"{frame.filename}:{frame.lineno}")
     return code
 
 
