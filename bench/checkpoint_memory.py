@@ -23,6 +23,12 @@ from typing import Any
 MB = 1 << 20
 
 
+def replay_argv(events: Path, config: Path | None, tmp: Path) -> list[str]:
+    """``specwatch replay``'s arguments for ``events`` into a fresh SQLite store in ``tmp``."""
+    argv = ["replay", str(events), "--db", f"sqlite:///{tmp}/replay.db", "--no-progress"]
+    return argv + ["--config", str(config)] if config is not None else argv
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("events", type=Path, help="a JSON-lines file of telemetry events")
@@ -80,11 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     Store._commit = timed_commit  # type: ignore[method-assign]
     pipeline.Pipeline._checkpoint = timed_checkpoint  # type: ignore[method-assign]
     with tempfile.TemporaryDirectory() as tmp:
-        argv_replay = ["replay", str(args.events), "--db", f"sqlite:///{tmp}/replay.db",
-                       "--no-progress"]
-        if args.config is not None:
-            argv_replay += ["--config", str(args.config)]
-        code = cli(argv_replay)
+        code = cli(replay_argv(args.events, args.config, Path(tmp)))
     print(f"traced at the end {traced():.0f} MB; highest checkpoint peak "
           f"{max(peaks, default=0.0):.0f} MB")
     if args.top:

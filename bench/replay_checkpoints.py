@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from checkpoint_memory import replay_argv
+
 
 def resident_mb() -> float:
     with open("/proc/self/status") as f:
@@ -61,11 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     Store._commit = timed_commit  # type: ignore[method-assign]
     started = time.process_time()
     with tempfile.TemporaryDirectory() as tmp:
-        argv_replay = ["replay", str(args.events), "--db", f"sqlite:///{tmp}/replay.db",
-                       "--no-progress"]
-        if args.config is not None:
-            argv_replay += ["--config", str(args.config)]
-        code = cli(argv_replay)
+        code = cli(replay_argv(args.events, args.config, Path(tmp)))
     total = time.process_time() - started
     gc.collect()
     heap.release()
