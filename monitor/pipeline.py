@@ -487,6 +487,7 @@ class Pipeline:
             )
             bucket = pending.get(bucket_key)
             if bucket is None:
+                bucket_key = heap.interned(bucket_key)
                 bucket = pending[bucket_key] = BucketStats()
             bucket.update(e)
             if e.experiment_name is not None:
@@ -496,6 +497,7 @@ class Pipeline:
                 skey = (slicer.key(e), *bucket_key[:-1], int(e.ts // 3600) * 3600)
                 sstats = slices.get(skey)
                 if sstats is None:
+                    skey = (skey[0], *heap.interned(bucket_key[:-1]), skey[-1])
                     sstats = slices[skey] = SliceStats()
                 sstats.update(e)
         counted = len(counted_events)

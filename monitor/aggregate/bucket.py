@@ -109,17 +109,33 @@ class BucketStats(OutcomeRates):
         self.gpu_seconds_sq = 0.0
         self.success_gpu_seconds = 0.0
         self.per_position: list[int] = []
-        self._sketches: tuple[LogHistogram, ...] = tuple(LogHistogram() for _ in SKETCHES)
+        # Built when first read (None until then): a checkpoint's pending deltas are one
+        # object per series and minute, by the ten thousand, and most are only ever written.
+        self._sketches: tuple[LogHistogram, ...] | None = None
         # Latencies wait here until read or written: one list append per value on the hot
         # path, and a vectorised fold into the sketches once per checkpoint.
         self._buffers: tuple[list[float], ...] = tuple([] for _ in SKETCHES)
 
     def _flush(self) -> tuple[LogHistogram, ...]:
-        for sketch, buf in zip(self._sketches, self._buffers, strict=True):
+        sketches = self._sketches
+        if sketches is None:
+            sketches = self._sketches = tuple(LogHistogram() for _ in SKETCHES)
+        for sketch, buf in zip(sketches, self._buffers, strict=True):
             if buf:
                 sketch.extend(buf)
                 buf.clear()
-        return self._sketches
+        return sketches
+
+    def _written(self) -> tuple[LogHistogram, ...]:
+        """The sketches with the buffered values in, for :meth:`to_row`; when none was read
+        yet, built for the row and not kept (the checkpoint writes a delta and drops it)."""
+        if self._sketches is not None:
+            return self._flush()
+        out = tuple(LogHistogram() for _ in SKETCHES)
+        for sketch, buf in zip(out, self._buffers, strict=True):
+            if buf:
+                sketch.extend(buf)
+        return out
 
     @property
     def ttft_ms(self) -> LogHistogram:
@@ -248,7 +264,7 @@ class BucketStats(OutcomeRates):
         row: dict[str, Any] = dict(zip(COUNTERS, counters(self), strict=True))
         row.update(zip(FLOATS, floats(self), strict=True))
         row["per_position"] = list(self.per_position)
-        row.update(zip(SKETCHES, map(LogHistogram.to_json, self._flush()), strict=True))
+        row.update(zip(SKETCHES, map(LogHistogram.to_json, self._written()), strict=True))
         return row
 
     @classmethod

@@ -14,6 +14,7 @@ import fnmatch
 from collections.abc import Callable
 from typing import Any
 
+from monitor import heap
 from monitor.aggregate.guard import OVERFLOW
 from monitor.config import DetectionConfig
 from monitor.detect import lineage
@@ -135,7 +136,8 @@ class Router:
                 if seg_id is None:
                     if len(ids) >= SEGMENT_ID_CACHE:
                         ids.clear()  # a cache: raw temperatures may take many values
-                    seg_id = ids[parts] = segment_id(e, temperature_bucket(t, edges))
+                    seg_id = ids[heap.interned(parts)] = segment_id(
+                        e, temperature_bucket(t, edges))
                 segment = segments.get(seg_id)
                 ts = e.ts
                 if segment is None:
@@ -231,6 +233,10 @@ class Router:
             labels["method"] = e.method
         if tbucket:
             labels["temperature"] = tbucket
+        # one copy of each name for all segments, not the strings of each one's first event
+        labels = dict(zip(labels, heap.interned(tuple(labels.values())), strict=True))
+        setup = lineage.setup_of(e)
+        setup = dict(zip(setup, heap.interned(tuple(setup.values())), strict=True))
         cfg = self.config
         cost = self._cost_model(e)
         cut = cutoff(cost) if cost is not None else cfg.breakeven_cutoff
@@ -240,7 +246,7 @@ class Router:
             breakeven=BreakevenMonitor(cutoff=cut, window=cfg.breakeven_window),
             positions=PositionCurve(cost_model=cost),
             throughput=self.new_throughput(),
-            setup=lineage.setup_of(e),
+            setup=setup,
         )
         self.state.segments[seg_id] = seg
         route.segments.append(seg_id)

@@ -44,13 +44,13 @@ SLICE_ROWS = RowAdder(SLICE_COUNTERS, SLICE_FLOATS, ("per_position",), ())
 Row = dict[str, Any]  # SliceStats.to_row() form
 
 
-def _fold(deltas: Mapping[SliceDeltaKey, SliceStats]) -> dict[SliceDeltaKey, Row]:
-    """``deltas`` keyed by their hour, merged, as rows; the caller's objects are never
-    changed."""
-    out: dict[SliceDeltaKey, Row] = {}
-    for (skey, series, ts), stats in deltas.items():
+def _fold(deltas: list[tuple[int, int, SliceStats]]) -> dict[tuple[int, int], Row]:
+    """One slice's deltas, (series id, time, stats), keyed by series and hour, merged, as
+    rows; the caller's objects are never changed."""
+    out: dict[tuple[int, int], Row] = {}
+    for sid, ts, stats in deltas:
         t = int(ts // 1)
-        k = (skey, series, t - t % EXPERIMENT_BUCKET)
+        k = (sid, t - t % EXPERIMENT_BUCKET)
         row = stats.to_row()
         acc = out.get(k)
         out[k] = row if acc is None else SLICE_ROWS.add(acc, row)
@@ -66,22 +66,24 @@ def write_slices(
     ids: Mapping[SeriesKey, int],
     utc: Any,
 ) -> None:
-    """Read-merge-write the touched rows (as ``writer.merge_rollups`` does for rollups)."""
-    by_hash: dict[str, tuple[SliceKey, dict[tuple[int, int], Row]]] = {}
+    """Read-merge-write the touched rows (as ``writer.merge_rollups`` does for rollups), a
+    slice at a time: a slice's rows are built only when it is written, so a checkpoint over
+    many series never holds the rows of every slice at once."""
+    by_hash: dict[str, tuple[SliceKey, list[tuple[int, int, SliceStats]]]] = {}
     hashes: dict[SliceKey, str] = {}
-    for (skey, series, start), row in _fold(deltas).items():
+    for (skey, series, ts), stats in deltas.items():
         h = hashes.get(skey)
         if h is None:
             h = hashes[skey] = slice_hash(skey)
-        by_hash.setdefault(h, (skey, {}))[1][(ids[series], start)] = row
+        by_hash.setdefault(h, (skey, []))[1].append((ids[series], ts, stats))
     inserts: list[dict[str, Any]] = []
     updates: list[dict[str, Any]] = []
     # Sorted: concurrent writers lock shared rows in one order.
-    for h, (skey, rows) in sorted(by_hash.items(), key=lambda kv: kv[0]):
+    for h, (skey, items) in sorted(by_hash.items(), key=lambda kv: kv[0]):
         extra = {"batch_bucket": skey.batch, "prompt_bucket": skey.prompt,
                  "temperature_bucket": skey.temperature, "tags": skey.tags}
-        ins, upd = merge_hourly(conn, slice_rollups_table, {"slice_hash": h}, rows, extra,
-                                SLICE_ROWS, utc)
+        ins, upd = merge_hourly(conn, slice_rollups_table, {"slice_hash": h}, _fold(items),
+                                extra, SLICE_ROWS, utc)
         inserts += ins
         updates += upd
         if len(inserts) + len(updates) >= CHUNK:

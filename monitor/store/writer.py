@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
@@ -20,7 +21,7 @@ from monitor.store.checkpoint import GRANULARITIES, Checkpoint, PartitionCommit
 from monitor.store.exceptions import FencedError
 from monitor.store.experiments import hour_of, write_experiments
 from monitor.store.hourly import merge_hourly, run_merged, update_statement
-from monitor.store.series_ids import chunks, dialect_insert, resolve_series
+from monitor.store.series_ids import CHUNK, chunks, dialect_insert, resolve_series
 from monitor.store.slices import write_slices
 from monitor.store.tables import (
     alerts_table,
@@ -108,38 +109,56 @@ def decode_ids(blob: bytes) -> list[tuple[str, float]]:
     return [(rid, ts) for rid, ts in orjson.loads(zlib.decompress(blob))]
 
 
-def fold(rollups: Mapping[tuple[SeriesKey, int], BucketStats]) -> dict[FoldedKey, Row]:
+def fold(rollups: Mapping[tuple[SeriesKey, int], BucketStats],
+         block: int = CHUNK) -> dict[FoldedKey, Row]:
     """Minute deltas keyed by (granularity, series, bucket start), merged per coarse bucket,
     as rows (``BucketStats.to_row()`` form: what the store writes and adds): all of
     :func:`fold_chunks` at once."""
     ids = {key: key for key, _ in rollups}
-    return {(gran, key, start): row for gran, rows in fold_chunks(rollups, ids)
+    return {(gran, key, start): row for gran, rows in fold_chunks(rollups, ids, block)
             for (key, start), row in rows.items()}
 
 
+def blocks(refs: Sequence[SeriesRef], size: int = CHUNK) -> Iterator[Sequence[SeriesRef]]:
+    """Sorted ``refs`` in blocks. Store ids go by range (``id // size``): every writer then
+    cuts the same blocks, so the order it locks rows in (block, granularity, id) is one
+    order for all. Anything else (:func:`fold`'s series keys) goes by count.
+
+    >>> [list(b) for b in blocks([1, 2, 5, 6, 7, 12], 5)]
+    [[1, 2], [5, 6, 7], [12]]
+    """
+    if not refs or not isinstance(refs[0], int):
+        yield from chunks(refs, size)
+        return
+    for _, block in itertools.groupby(refs, key=lambda ref: ref // size):
+        yield list(block)
+
+
 def fold_chunks(
-    rollups: Mapping[tuple[SeriesKey, int], BucketStats], ids: Mapping[SeriesKey, SeriesRef]
+    rollups: Mapping[tuple[SeriesKey, int], BucketStats], ids: Mapping[SeriesKey, SeriesRef],
+    block: int = CHUNK,
 ) -> Iterator[tuple[str, dict[tuple[SeriesRef, int], Row]]]:
     """The rows of :func:`fold`, keyed by (``ids[series]``, bucket start), yielded a
-    granularity and a chunk of series at a time: minutes first, then hours, then days, each
-    in ascending ``ids`` order (the order the store locks rows in).
+    :func:`blocks` of series at a time in ascending ``ids`` order, and within a block a
+    granularity at a time: minutes, then hours, then days (the order the store locks rows
+    in).
 
     Each level folds the one below it (minutes into hours, hours into days): a day merges
-    one row per hour touched, not one per minute. Only the level being written and the one
-    above it are held: a checkpoint over ten thousand series does not build every minute,
-    hour and day row before writing the first. Within a series the rows add in the order
-    the deltas came, so each row is the same to the bit whatever the chunking. The caller's
+    one row per hour touched, not one per minute. Only one block's rows are held: a
+    checkpoint over ten thousand series does not build every minute row (nor the hour rows
+    that share them) before writing the first. Within a series the rows add in the order
+    the deltas came, so each row is the same to the bit whatever the blocks. The caller's
     objects are never changed (beyond folding their buffered latencies into their
     sketches): a checkpoint may be retried as it is.
     """
     add = BUCKET_ROWS.add
-    level: dict[SeriesRef, list[tuple[int, Any]]] = {}
+    deltas: dict[SeriesRef, list[tuple[int, Any]]] = {}
     for (key, ts), stats in rollups.items():
-        level.setdefault(ids[key], []).append((int(ts), stats))
-    finest = True
-    for gran, size in GRANULARITIES.items():
-        coarser: dict[SeriesRef, list[tuple[int, Any]]] = {}
-        for part in chunks(sorted(level)):
+        deltas.setdefault(ids[key], []).append((int(ts), stats))
+    for part in blocks(sorted(deltas), block):
+        level = deltas
+        finest = True
+        for gran, size in GRANULARITIES.items():
             rows: dict[tuple[SeriesRef, int], Row] = {}
             for ref in part:
                 for ts, item in level[ref]:
@@ -149,10 +168,11 @@ def fold_chunks(
                     # A bucket with one delta shares its row (rows are never changed in
                     # place).
                     rows[k] = row if acc is None else add(acc, row)
+            yield gran, rows
+            coarser: dict[SeriesRef, list[tuple[int, Any]]] = {}
             for (ref, start), row in rows.items():
                 coarser.setdefault(ref, []).append((start, row))
-            yield gran, rows
-        level, finest = coarser, False
+            level, finest = coarser, False
 
 
 def spans(rollups: Mapping[tuple[SeriesKey, int], BucketStats]) -> dict[SeriesKey, tuple]:
@@ -193,10 +213,11 @@ STATE_CHUNK = 500
 
 def merge_rollups(conn: Connection, rollups: Mapping[tuple[SeriesKey, int], BucketStats],
                   ids: Mapping[SeriesKey, int]) -> None:
-    """Fold the minute deltas and read-merge-write the touched rows, a granularity and a
-    chunk of series at a time (:func:`fold_chunks`): one SELECT per chunk, one executemany
-    each way. Chunks keep the transient memory of a checkpoint over many series (rows
-    folded, stored rows decoded, rows to write encoded) to about one chunk's worth."""
+    """Fold the minute deltas and read-merge-write the touched rows, a block of series and
+    a granularity at a time (:func:`fold_chunks`): one SELECT per block and granularity,
+    one executemany each way. Blocks keep the transient memory of a checkpoint over many
+    series (rows folded, stored rows decoded, rows to write encoded) to about one block's
+    worth."""
     for gran, rows in fold_chunks(rollups, ids):
         inserts, updates = merge_hourly(conn, rollups_table, {"granularity": gran}, rows, {},
                                         BUCKET_ROWS, utc)

@@ -44,20 +44,40 @@ def test_fold_as_rows_equals_folding_bucket_stats() -> None:
     assert {k[0] for k in got} == {"minute", "hour", "day"}
 
 
-def test_fold_in_small_chunks_equals_the_fold_at_once(monkeypatch) -> None:
-    import monitor.store.writer as writer
-
+def test_fold_in_small_blocks_equals_the_fold_at_once() -> None:
     rng = random.Random(11)
     evs = [event(f"r{i}", T0 + rng.randrange(0, 30 * 3600), f"route{i % 7}",
                  e2e_ms=rng.uniform(50, 5000), gpu_seconds=rng.uniform(0, 3))
            for i in range(2000)]
     expected = {k: s.to_row() for k, s in _reference_fold(rollups_of(evs)).items()}
-    real = writer.chunks
-    monkeypatch.setattr(writer, "chunks", lambda items: real(items, 2))
-    got = fold(rollups_of(evs))
+    got = fold(rollups_of(evs), block=2)
     assert sorted(got) == sorted(expected)
     assert all(orjson.dumps(got[k]) == orjson.dumps(expected[k]) for k in expected)
-    seen = [gran for gran, _ in writer.fold_chunks(rollups_of(evs),
-                                                   {k: k for k, _ in rollups_of(evs)})]
-    # a granularity at a time, minutes first, in chunks of two series
-    assert seen == sorted(seen, key=list(GRANULARITIES).index) and len(seen) > 3 * 3
+
+
+def test_rows_come_in_one_lock_order_whatever_series_a_writer_holds() -> None:
+    """Store ids go in blocks by range, each block minutes, hours, days: two writers with
+    different, overlapping series lock shared rows in the same order (no deadlock)."""
+    import monitor.store.writer as writer
+
+    rng = random.Random(5)
+    evs = [event(f"r{i}", T0 + rng.randrange(0, 30 * 3600), f"route{i % 40}")
+           for i in range(1000)]
+    rollups = rollups_of(evs)
+    keys = sorted({key for key, _ in rollups})
+    ids = {key: 3 * n + 1 for n, key in enumerate(keys)}  # 1, 4, 7, ...: blocks of 10 ids
+    grans = list(GRANULARITIES)
+
+    def order(held: set) -> list:
+        part = {k: v for k, v in rollups.items() if k[0] in held}
+        out = []
+        for gran, rows in writer.fold_chunks(part, ids, block=10):
+            # merge_hourly locks a call's rows in key order
+            out += [(sid // 10, grans.index(gran), sid, start) for sid, start in sorted(rows)]
+        return out
+
+    a = order(set(keys[::2]) | set(keys[:3]))
+    b = order(set(keys[1::2]) | set(keys[:3]))
+    assert a == sorted(a) and b == sorted(b)
+    assert len({blk for blk, *_ in a}) > 3  # several blocks, each with its three levels
+    assert {g for _blk, g, _sid, _start in a} == {0, 1, 2}
