@@ -4,9 +4,10 @@ Runs ``specwatch replay FILE`` in this process (a fresh SQLite store) and prints
 checkpoint, the CPU seconds of the store's transaction and what it wrote (rollup deltas,
 slice deltas, snapshots, change records); then the whole replay's CPU, the share of it in
 commits, and resident memory at the end (after the collector and ``malloc_trim``: what the
-process keeps) beside its peak. Made for issue 18's 10,000-series input
-(``bench/series_replay.py --keep DIR`` leaves the files), to tell a per-series cost paid
-once per checkpoint from one paid per event.
+process keeps) beside its peak; then how pymalloc's arenas are used at the end (live
+objects, free blocks, empty pools), which tells the live heap from allocator free space.
+Made for issue 18's 10,000-series input (``bench/series_replay.py --keep DIR`` leaves the
+files), to tell a per-series cost paid once per checkpoint from one paid per event.
 
     PYTHONPATH=. python bench/series_replay.py --keep /tmp/sr    # writes the inputs
     PYTHONPATH=. python bench/replay_checkpoints.py /tmp/sr/n10000.jsonl \
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
+import re
 import resource
 import sys
 import tempfile
@@ -35,6 +38,37 @@ def resident_mb() -> float:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     return float("nan")
+
+
+# sys._debugmallocstats()'s totals (CPython's small-object allocator, pymalloc).
+_PYMALLOC = {
+    "arenas": re.compile(r"^\d+ arenas \* \d+ bytes/arena\s+=\s+([\d,]+)$", re.M),
+    "in objects": re.compile(r"^# bytes in allocated blocks\s+=\s+([\d,]+)$", re.M),
+    "free in used pools": re.compile(r"^# bytes in available blocks\s+=\s+([\d,]+)$", re.M),
+    "in empty pools": re.compile(r"^\d+ unused pools \* \d+ bytes\s+=\s+([\d,]+)$", re.M),
+}
+
+
+def pymalloc_mb() -> dict[str, float] | None:
+    """Where pymalloc's arenas go: live objects, free blocks in pools that hold objects, and
+    empty pools (an arena is returned only once all its pools are empty). None where
+    ``sys._debugmallocstats`` says nothing (another allocator)."""
+    with tempfile.TemporaryFile() as err:
+        # it writes to the C-level stderr: swap the descriptor for a moment
+        sys.stderr.flush()
+        saved = os.dup(2)
+        try:
+            os.dup2(err.fileno(), 2)
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        err.seek(0)
+        text = err.read().decode(errors="replace")
+    found = {name: rx.search(text) for name, rx in _PYMALLOC.items()}
+    if not all(found.values()):
+        return None
+    return {name: int(m[1].replace(",", "")) / (1 << 20) for name, m in found.items() if m}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"replay {total:.2f} CPU s, of which commits {spent:.2f} s ({spent / total:.0%}) "
           f"in {len(commits)}; resident at the end {resident_mb():.0f} MB, peak "
           f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+    pools = pymalloc_mb()
+    if pools is not None:
+        print("pymalloc at the end: " + ", ".join(f"{v:.0f} MB {k}" for k, v in pools.items()))
     return code
 
 

@@ -42,6 +42,12 @@ def test_series_replay_prints_five_series_and_each_n_with_its_ratio(tmp_path: Pa
     assert total, out
     assert int(total[3]) == len(commits)
     assert float(total[2]) <= float(total[1]) and int(total[4]) <= int(total[5])
+    pools = re.search(r"^pymalloc at the end: (\d+) MB arenas, (\d+) MB in objects, (\d+) MB "
+                      r"free in used pools, (\d+) MB in empty pools$", out, re.M)
+    assert pools, out
+    # the three parts are the arenas (each rounded on its own)
+    assert abs(sum(int(pools[i]) for i in (2, 3, 4)) - int(pools[1])) <= 2
+    assert int(pools[2]) > 0
 
 
 def test_ratios_reads_a_routes_hours_by_the_primary_key() -> None:
