@@ -1,3 +1,3 @@
-from monitor.cli import main
+from monitor.cli import run
 
-raise SystemExit(main())
+raise SystemExit(run())

@@ -36,6 +36,7 @@ from pydantic import (
 )
 
 from monitor import rules as rules_catalogue
+from monitor.config_env import DEFAULT_STORE_URL, ENV_OVERRIDES
 from monitor.durations import Duration, parse_duration
 from monitor.exceptions import ConfigError
 from monitor.schedule import JobsConfig
@@ -89,7 +90,7 @@ class KafkaConfig(Frozen):
 
 
 class StoreConfig(Frozen):
-    url: str = "sqlite:///specwatch.db"
+    url: str = DEFAULT_STORE_URL
     retention_minute: Duration = 7 * 86400.0
     retention_hour: Duration = 90 * 86400.0
     retention_day: Duration = 730 * 86400.0
@@ -436,12 +437,6 @@ class Config(Frozen):
     def retention(self) -> dict[str, float]:
         s = self.store
         return {"minute": s.retention_minute, "hour": s.retention_hour, "day": s.retention_day}
-
-
-ENV_OVERRIDES: dict[str, tuple[str, str]] = {
-    "SPECWATCH_DB_URL": ("store", "url"),
-    "SPECWATCH_KAFKA_BOOTSTRAP": ("kafka", "bootstrap_servers"),
-}
 
 
 def read_mapping(path: Path, what: str = "config file") -> dict[str, Any]:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BeforeValidator
+if TYPE_CHECKING:
+    from pydantic import GetCoreSchemaHandler
+    from pydantic_core import CoreSchema
 
 __all__ = ["Duration", "format_duration", "parse_duration"]
 
@@ -44,8 +46,20 @@ def parse_duration(value: object) -> float:
     return seconds
 
 
+class _ReadAsDuration:
+    """pydantic's ``BeforeValidator(parse_duration)``, declared without importing pydantic
+    (the command line parses durations, and `specwatch ratios` builds no config model):
+    pydantic asks for the schema when a model using :data:`Duration` is built."""
+
+    def __get_pydantic_core_schema__(self, source: Any,
+                                     handler: GetCoreSchemaHandler) -> CoreSchema:
+        from pydantic_core import core_schema
+
+        return core_schema.no_info_before_validator_function(parse_duration, handler(source))
+
+
 # A config field in seconds that reads "90s", "5m", "1h30m" or a bare number.
-Duration = Annotated[float, BeforeValidator(parse_duration)]
+Duration = Annotated[float, _ReadAsDuration()]
 
 
 def format_duration(seconds: float) -> str:

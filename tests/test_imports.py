@@ -355,7 +355,7 @@ def test_sql_only_inside_the_store_package() -> None:
 # What the command line must not import before a command needs it: each costs start-up time
 # on every invocation (``specwatch ratios`` included). A lazy import made eager again fails
 # here instead of silently slowing every command down.
-CLI_LAZY = ("alembic", "yaml", "ctypes")
+CLI_LAZY = ("alembic", "yaml", "ctypes", "pydantic")
 
 
 def test_the_command_line_imports_no_migration_or_yaml_machinery() -> None:
@@ -404,6 +404,28 @@ def test_reading_ratios_from_sqlite_imports_neither_the_postgresql_dialect_nor_t
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, check=True).stdout.strip()
     assert out == "False False"
+
+
+def test_specwatch_ratios_without_a_config_file_builds_no_config_model(tmp_path: Path) -> None:
+    """The models of monitor/config.py (pydantic's) cost about 0.1 s to build: `specwatch
+    ratios` without --config reads its store URL from --db, the environment or the default
+    (monitor/config_env.py); with a file, the file is read and checked as every command
+    checks it."""
+    from monitor.store.db import upgrade
+
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    upgrade(url)
+    config = tmp_path / "c.yaml"
+    config.write_text(f"store:\n  url: {url}\n")
+    code = ("import io, sys, contextlib\n"
+            "import monitor.cli\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    assert monitor.cli.main(sys.argv[1:]) == 0\n"
+            "print('pydantic' in sys.modules, 'monitor.config' in sys.modules)")
+    for args, want in ((["--db", url], "False False"), (["--config", str(config)], "True True")):
+        out = subprocess.run([sys.executable, "-c", code, "ratios", *args], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout.strip()
+        assert out == want, args
 
 
 @pytest.mark.parametrize("preset", [None, "3"])

@@ -35,6 +35,7 @@ from monitor.aggregate.series import SeriesKey
 from monitor.aggregate.sketch import LogHistogram, quantile_of
 from monitor.heap import collector_paused
 from monitor.store.checkpoint import GRANULARITIES
+from monitor.store.pipelined import rows_per_value
 from monitor.store.sketch_columns import SketchColumn
 from monitor.store.tables import rollups_table, series_table
 
@@ -304,13 +305,17 @@ def rollup_batches(
     since: datetime | None,
     until: datetime | None,
     start: Any = None,
+    *,
+    tuples: bool = False,
 ) -> Iterator[tuple[SeriesKey, Sequence[Any]]]:
     """``(series_id, bucket_start, *columns)`` of the rollup rows of ``series`` in the range,
     a list of them per series key: for a route, one primary-key range (granularity,
     series, start) per series, in series order and by start; without one, one pass over
     the range by the (granularity, start) index. Not sorted across series. ``start``
     replaces the ``bucket_start`` column (:data:`RAW_START`). A list per series, fetched at
-    once, rather than a row at a time: a route's 30 days of hours are 28,800 rows."""
+    once, rather than a row at a time: a route's 30 days of hours are 28,800 rows.
+    ``tuples``: rows read by position only, so plain tuples will do (a route's ranges are
+    then sent at once on PostgreSQL: :mod:`monitor.store.pipelined`)."""
     stmt = _in_range(columns, granularity, since, until, start)
     if route is None or len(series) > PER_SERIES_MAX:
         by_id: dict[int, list[Any]] = {}
@@ -320,10 +325,12 @@ def rollup_batches(
         for sid, rows in by_id.items():
             yield series[sid], rows
         return
-    # One statement, compiled once (SQLAlchemy caches it by shape), run per series.
+    # One statement, compiled once, run per series (sent all at once on PostgreSQL).
     per_series = per_series_statement(columns, granularity, since, until, start)
-    for sid in sorted(series):
-        yield series[sid], conn.execute(per_series, {"sid": sid}).all()
+    sids = sorted(series)
+    batches = rows_per_value(conn, per_series, "sid", sids, tuples=tuples)
+    for sid, rows in zip(sids, batches, strict=True):
+        yield series[sid], rows
 
 
 # RatioRow's fields in the order ratio_table builds them positionally (a keyword call per
@@ -373,7 +380,7 @@ def ratio_table(
     keyed: list[tuple[datetime, int, RatioRow, Any]] = []
     starts = _Starts()
     for key, batch in rollup_batches(conn, columns, granularity, series, route, since, until,
-                                     RAW_START):
+                                     RAW_START, tuples=True):
         made = _ratio_rows(batch, starts, granularity, key, price_per_gpu_hour)
         order = rank[key]
         keyed += [(r.bucket_start, order, r, row) for r, row in zip(made, batch, strict=True)]

@@ -213,3 +213,37 @@ def test_alerts_out_and_dead_letter_files_are_written(traffic: Path, tmp_path: P
     assert any("invalid JSON" in r for r in reasons)
     assert all("line" in r["origin"] and r["origin"]["file"] == str(bad) for r in records)
     assert alerts.exists()
+
+
+def test_the_process_gives_mains_output_and_code_and_still_runs_what_exit_runs(
+        filled: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``python -m monitor`` (and the console script) exits through ``run``: the collector
+    is left out of the shutdown, nothing else is (the whole output, atexit handlers, the
+    exit code)."""
+    assert main(["ratios", "--db", filled, "--format", "csv"]) == 0
+    want = capsys.readouterr().out
+    code = ("import atexit, sys, monitor.cli\n"
+            "atexit.register(lambda: print('atexit ran', file=sys.stderr))\n"
+            "raise SystemExit(monitor.cli.run())\n")
+    done = subprocess.run([sys.executable, "-c", code, "ratios", "--db", filled, "--format",
+                           "csv"], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout, done.stderr) == (0, want, "atexit ran\n")
+    empty = f"sqlite:///{tmp_path / 'empty.db'}"
+    failed = subprocess.run([sys.executable, "-m", "monitor", "ratios", "--db", empty],
+                            capture_output=True, text=True, timeout=120)
+    assert failed.returncode == main(["ratios", "--db", empty]) == 2
+    assert failed.stderr.startswith("specwatch: ")
+
+
+def test_run_freezes_what_is_alive_once_main_returned(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    import monitor.cli
+
+    monkeypatch.setattr(monitor.cli, "main", lambda: 7)
+    gc.unfreeze()  # whatever an earlier test froze
+    try:
+        assert monitor.cli.run() == 7
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from monitor.config import load_config, parse_duration
+from monitor.config_env import store_url
 from monitor.exceptions import ConfigError
 
 
@@ -95,3 +96,17 @@ def test_shipped_deployment_config_loads() -> None:
     assert not alerting.filter_for("pagerduty", "code").admits("acceptance_rise", "info")
     assert alerting.filter_for("webhook", "code").admits("acceptance_rise", "info")
     assert alerting.lifecycle.timing("memory_contention") == (120.0, 600.0, 14400.0)
+
+
+@pytest.mark.parametrize("env", [{}, {"SPECWATCH_DB_URL": ""},
+                                 {"SPECWATCH_DB_URL": "postgresql+psycopg://h/db"},
+                                 {"SPECWATCH_KAFKA_BOOTSTRAP": "k:9092"}])
+@pytest.mark.parametrize("given", [None, "", "sqlite:///given.db"])
+def test_the_store_url_without_a_file_is_load_configs(env: dict[str, str],
+                                                      given: str | None) -> None:
+    """`specwatch ratios` without --config reads its URL through config_env.store_url and
+    no GPU-hour price: what load_config(None) gives, as the command line calls it."""
+    overrides = {"store": {"url": given}} if given else {}
+    config = load_config(None, env=env, overrides=overrides)
+    assert store_url(env, given) == config.store.url
+    assert config.cost.price_per_gpu_hour is None

@@ -9,6 +9,7 @@ import io
 import json
 import math
 import random
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 
@@ -19,7 +20,8 @@ from sqlalchemy import select
 from monitor.aggregate.series import SeriesKey
 from monitor.aggregate.sketch import LogHistogram, quantile_of
 from monitor.jsonable import json_text
-from monitor.store import Store, format_ratios
+from monitor.store import Store, format_ratios, pipelined, query
+from monitor.store.pipelined import rows_per_value
 from monitor.store.query import (
     _RATIO_COUNTERS,
     COLUMNS,
@@ -337,3 +339,51 @@ def test_json_and_csv_itl_quantiles_are_each_rows_properties(seed: int) -> None:
                 for i, r in enumerate(rows)]
     assert format_ratios(repeated, "json") == _plain_json(repeated)
     assert format_ratios(repeated, "csv") == _plain_csv(repeated)
+
+
+def _texts(latency: Mapping[object, object]) -> dict[object, dict[str, object]]:
+    """Each row's sketches as the stored texts they hold."""
+    return {key: {name: sketch.raw for name, sketch in vars(sketches).items()}
+            for key, sketches in latency.items()}
+
+
+def test_a_routes_ranges_sent_at_once_read_as_one_at_a_time(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A route's per-series ranges, pipelined on PostgreSQL, give the rows and sketch texts
+    that one execute per series gives, whatever the range (the bound datetimes go through
+    their column type's processing)."""
+    _random_store(store, 7)
+    pipelined_reads = []
+    result_processors = pipelined._result_processors
+
+    def counted(*args: object) -> list:
+        pipelined_reads.append(args)
+        return result_processors(*args)
+
+    def one_at_a_time(*args: object, tuples: bool = False) -> object:
+        return rows_per_value(*args, tuples=False)
+
+    columns = (*NARROW_COLUMNS, "e2e_p99", "itl_p99_ms")
+    t0 = datetime.fromtimestamp(T0, UTC)
+    spans = [{}, {"since": t0 + timedelta(hours=1)},
+             {"since": (t0 + timedelta(minutes=30)).astimezone(timezone(timedelta(hours=5))),
+              "until": t0 + timedelta(hours=2, minutes=30)}]
+    for route in ("code", "50% off", "日本", "no such route"):
+        for granularity in ("minute", "hour"):
+            for span in spans:
+                for fields in (None, fields_for(columns)):
+                    monkeypatch.setattr(pipelined, "_result_processors", counted)
+                    rows, latency = store.ratio_table(
+                        sketches_for(columns), granularity=granularity, route=route,
+                        fields=fields, **span)
+                    monkeypatch.setattr(query, "rows_per_value", one_at_a_time)
+                    want, want_latency = store.ratio_table(
+                        sketches_for(columns), granularity=granularity, route=route,
+                        fields=fields, **span)
+                    monkeypatch.undo()
+                    assert rows == want
+                    assert _texts(latency) == _texts(want_latency)
+                    if route != "no such route" and not span:
+                        assert rows
+    # PostgreSQL took the pipelined path (SQLite has none)
+    assert bool(pipelined_reads) == (store.engine.dialect.name == "postgresql")
