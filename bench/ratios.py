@@ -15,14 +15,18 @@ Then, timed (median of ``--repeat`` runs, each on a new connection):
   ``/api/v1/ratios`` call, for the whole 30 days and for the last day;
 - what `specwatch ratios --route R --granularity hour` does for its default (narrow) table:
   the same rows, the bucket sketches for the TTFT quantiles beside them, and the text;
+- ``GET /api/v1/ratios`` of that route's 30 days of hours (JSON), served as the daemon serves
+  it, with curl as the client;
 - the command itself, ``python -m monitor ratios --route R --granularity hour``, as a
   process end to end (start-up and imports included: what a user waits for), its CPU
-  seconds from ``os.wait4``;
+  seconds from ``os.wait4``; with ``--against TREE``, another checkout's in the same run,
+  the runs alternating;
 - the database's plan for the query (it must search by index, not scan the table).
 
     PYTHONPATH=. python bench/ratios.py                     # 10,000 series, 30 days, SQLite
     PYTHONPATH=. python bench/ratios.py --db postgresql+psycopg://postgres@127.0.0.1:5432/test
     cp bench/ratios.py ../old/bench/ && (cd ../old && python bench/ratios.py)   # an older tree
+    PYTHONPATH=. python bench/ratios.py --keep /tmp/r.db --process-repeat 25 --against ../old
 """
 
 from __future__ import annotations
@@ -36,8 +40,10 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import urlencode
 
 from sqlalchemy import bindparam, create_engine, event, insert, text
 
@@ -167,27 +173,68 @@ def timed(url: str, route: str, since: datetime, repeat: int, *,
     return statistics.median(times), statistics.median(cpu), rows
 
 
-def cli_process(url: str, route: str, since: datetime, repeat: int) -> tuple[float, float]:
-    """Median wall and CPU seconds of the `specwatch ratios --route` process (this tree's),
-    its modules byte-compiled first, as ``pip install`` leaves an installed package: a
-    checkout run under ``PYTHONDONTWRITEBYTECODE=1`` (as on this project's machines) would
-    otherwise compile them from source at every start, about 0.05 s of each run."""
-    root = Path(__file__).resolve().parents[1]
-    for package in ("monitor", "alerts"):
-        compileall.compile_dir(root / package, quiet=1)
+def api_request(url: str, route: str, since: datetime, repeat: int) -> tuple[float, int]:
+    """Median wall seconds of ``GET /api/v1/ratios?route=R&granularity=hour&since=...``
+    (JSON), from request to the last byte, against the API served by this process (as the
+    daemon serves it: uvicorn in a thread, a store opened once) with curl as the client; and
+    the response's bytes."""
+    from monitor.api.app import create_app
+    from monitor.api.server import ApiServer
+
+    store = Store(url)
+    server = ApiServer(create_app(store), "127.0.0.1", 0)
+    server.start()
+    query = urlencode({"route": route, "granularity": "hour",
+                       "since": since.isoformat().replace("+00:00", "Z")})
+    times, size = [], 0
+    try:
+        for _ in range(repeat):
+            out = subprocess.run(
+                ["curl", "-sS", "--fail", "-o", os.devnull, "-w", "%{time_total} %{size_download}",
+                 f"{server.url}/api/v1/ratios?{query}"],
+                capture_output=True, text=True, check=True).stdout.split()
+            times.append(float(out[0]))
+            size = int(out[1])
+    finally:
+        server.stop()
+        store.close()
+    return statistics.median(times), size
+
+
+def cli_process(url: str, route: str, since: datetime, repeat: int,
+                trees: Sequence[Path] = ()) -> dict[Path, tuple[list[float], list[float]]]:
+    """Wall and CPU seconds of ``repeat`` runs of the `specwatch ratios --route` process of
+    this tree and of each of ``trees`` (other checkouts: before and after in one run), the
+    runs alternating between the trees so that a slow phase of the machine falls on all
+    of them, after one unmeasured run each. Each tree's modules are byte-compiled first, as
+    ``pip install`` leaves an installed package: a checkout run under
+    ``PYTHONDONTWRITEBYTECODE=1`` (as on this project's machines) would otherwise compile
+    them from source at every start, about 0.05 s of each run."""
+    roots = [Path(__file__).resolve().parents[1], *(Path(t).resolve() for t in trees)]
+    for root in roots:
+        for package in ("monitor", "alerts"):
+            compileall.compile_dir(root / package, quiet=1)
     cmd = [sys.executable, "-m", "monitor", "ratios", "--route", route, "--granularity",
            "hour", "--db", url, "--since", since.isoformat()]
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    times, cpu = [], []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.DEVNULL)
-        _, status, usage = os.wait4(proc.pid, 0)
-        if status != 0:
-            raise RuntimeError(f"{' '.join(cmd)} exited with status {status}")
-        times.append(time.perf_counter() - started)
-        cpu.append(usage.ru_utime + usage.ru_stime)
-    return statistics.median(times), statistics.median(cpu)
+    runs: dict[Path, tuple[list[float], list[float]]] = {root: ([], []) for root in roots}
+    for i in range(repeat + 1):
+        for root in roots:
+            env = {**os.environ, "PYTHONPATH": str(root)}
+            started = time.perf_counter()
+            proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.DEVNULL)
+            _, status, usage = os.wait4(proc.pid, 0)
+            if status != 0:
+                raise RuntimeError(f"{' '.join(cmd)} in {root} exited with status {status}")
+            if i:
+                runs[root][0].append(time.perf_counter() - started)
+                runs[root][1].append(usage.ru_utime + usage.ru_stime)
+    return runs
+
+
+def _spread(values: list[float]) -> str:
+    """Median and quartiles."""
+    q1, median, q3 = statistics.quantiles(values, n=4) if len(values) > 1 else values * 3
+    return f"{median:.3f} s (quartiles {q1:.3f}-{q3:.3f})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,6 +245,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--db", default=None, help="a PostgreSQL server URL: a new database there "
                    "is made and dropped (default: a SQLite file in a temporary directory)")
+    p.add_argument("--against", type=Path, nargs="*", default=[], metavar="TREE",
+                   help="other checkouts whose `specwatch ratios` process is timed in the same "
+                   "run, alternating with this tree's")
+    p.add_argument("--process-repeat", type=int, default=None, metavar="N",
+                   help="runs of the process per tree (default: --repeat)")
     p.add_argument("--keep", default=None, metavar="NAME",
                    help="keep the filled store for the next run and reuse it when it is there "
                    "(the fill takes minutes): database NAME on --db's server, or the SQLite "
@@ -241,9 +293,15 @@ def main(argv: list[str] | None = None) -> int:
                     what = "the CLI's table" if formatted else "Store.ratios"
                     print(f"{route} ({per_route} series), hourly, {label}: {rows:,} rows, "
                           f"{what}: {secs:.3f} s, CPU {cpu:.3f} s (medians of {args.repeat})")
-            secs, cpu = cli_process(url, route, START, args.repeat)
-            print(f"{route}, hourly, {args.days} days, `specwatch ratios --route` as a process: "
-                  f"{secs:.3f} s, CPU {cpu:.3f} s (medians of {args.repeat})")
+            secs, size = api_request(url, route, START, args.repeat)
+            print(f"{route}, hourly, {args.days} days, GET /api/v1/ratios (JSON, {size:,} "
+                  f"bytes): {secs:.3f} s (median of {args.repeat})")
+            runs = cli_process(url, route, START, args.process_repeat or args.repeat,
+                               args.against)
+            for root, (secs, cpu) in runs.items():
+                print(f"{route}, hourly, {args.days} days, `specwatch ratios --route` as a "
+                      f"process{'' if len(runs) == 1 else f' ({root})'}: {_spread(secs)}, CPU "
+                      f"{_spread(cpu)} ({len(secs)} runs)")
             print("plan:")
             for line in plan(url, route, START):
                 print(f"  {line}")

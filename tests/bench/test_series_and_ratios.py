@@ -53,7 +53,7 @@ def test_series_replay_prints_five_series_and_each_n_with_its_ratio(tmp_path: Pa
 def test_ratios_reads_a_routes_hours_by_the_primary_key() -> None:
     out = subprocess.run(
         [sys.executable, "bench/ratios.py", "--series", "200", "--routes", "5", "--days", "2",
-         "--repeat", "1"],
+         "--repeat", "1", "--process-repeat", "3"],
         cwd=REPO, capture_output=True, text=True, check=True, timeout=300, env=ENV,
     ).stdout
     assert "200 series over 5 routes, 9,600 hour rows and 400 day rows" in out, out
@@ -61,6 +61,12 @@ def test_ratios_reads_a_routes_hours_by_the_primary_key() -> None:
     assert out.count("hourly, 30 days") == 0 and "hourly, 2 days: 1,920 rows" in out, out
     assert "hourly, last day: 960 rows" in out, out
     assert "SEARCH rollups USING INDEX sqlite_autoindex_rollups_1" in out, out
+    api = re.search(r"hourly, 2 days, GET /api/v1/ratios \(JSON, ([\d,]+) bytes\): ([\d.]+) s",
+                    out)
+    # 1,920 rows of about 800 bytes each
+    assert api and int(api[1].replace(",", "")) > 1_000_000, out
+    assert re.search(r"as a process: [\d.]+ s \(quartiles [\d.]+-[\d.]+\), CPU [\d.]+ s "
+                     r"\(quartiles [\d.]+-[\d.]+\) \(3 runs\)$", out, re.M), out
 
 
 def test_detection_batch_prints_both_feeds_and_finds_the_same_state() -> None:
