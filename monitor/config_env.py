@@ -8,10 +8,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 DEFAULT_STORE_URL = "sqlite:///specwatch.db"
+STORE_URL_VAR = "SPECWATCH_DB_URL"
 
 # variable -> (section, key) it overrides; a variable set to "" overrides nothing
 ENV_OVERRIDES: dict[str, tuple[str, str]] = {
-    "SPECWATCH_DB_URL": ("store", "url"),
+    STORE_URL_VAR: ("store", "url"),
     "SPECWATCH_KAFKA_BOOTSTRAP": ("kafka", "bootstrap_servers"),
 }
 
@@ -27,4 +28,4 @@ def store_url(env: Mapping[str, str], given: str | None = None) -> str:
     >>> store_url({"SPECWATCH_DB_URL": "postgresql+psycopg://h/db"}, "sqlite:///x.db")
     'sqlite:///x.db'
     """
-    return given or env.get("SPECWATCH_DB_URL") or DEFAULT_STORE_URL
+    return given or env.get(STORE_URL_VAR) or DEFAULT_STORE_URL
