@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import Any, Protocol, Self, runtime_checkable
 
 import numpy as np
@@ -210,6 +211,7 @@ class OverdispersedCusum(Detector):
         "_cal_rate", "_arl", "_side", "_delta", "_p1", "_ca", "_cb", "_h", "_cap", "_bank",
         "_theta", "_s", "_ex", "_older", "_older_hist", "_newer", "_newer_hist", "_alarm",
         "_since", "_rec_ca", "_rec_cb", "_rec_h", "_rec_s", "_rec_ex", "_back",
+        "_compact",  # see Detector.snapshot
         "__weakref__",  # monitor/exposition.py keys a cache by detector
     )
     # stored as given (``effects`` as the sorted list the constructor made of it)
@@ -959,12 +961,13 @@ class OverdispersedCusum(Detector):
         # Version 2 leaves out what equals a fresh warm-up's (``_reset`` does not depend on
         # the parameters): in warm-up, the raw requests and a few counters, not thirty
         # empty fields. Nothing is rounded: see :func:`monitor.detect.base.same_json`.
+        # ``!=`` first: a warm detector's fields mostly differ from a fresh one's, and are
+        # kept without a call; only equal ones need same_json (0 against 0.0, say).
+        state = {key: _copy(value)  # compared before it is copied
+                 for key, value, new in zip(_STATE_KEYS, _state_values(self),
+                                            _reset_values(), strict=True)
+                 if value != new or not same_json(value, new)}
         fresh = _reset_state()
-        state = {}
-        for name in self._STATE:
-            value = getattr(self, name)
-            if not same_json(value, fresh[name[1:]]):  # compared before it is copied
-                state[name[1:]] = _copy(value)
         for name in self._HISTS:
             hist = getattr(self, name)
             value = None if hist is None else hist.to_json()
@@ -1006,6 +1009,20 @@ def _reset_state() -> dict[str, Any]:
     if not _RESET:
         _RESET.append(OverdispersedCusum()._full_state())
     return _RESET[0]
+
+
+_STATE_KEYS = tuple(name[1:] for name in OverdispersedCusum._STATE)
+# the state fields of a detector, in _STATE's order (one C-level call)
+_state_values = attrgetter(*OverdispersedCusum._STATE)
+_RESET_VALUES: list[tuple[Any, ...]] = []
+
+
+def _reset_values() -> tuple[Any, ...]:
+    """A fresh warm-up's values of ``_STATE``, in that order."""
+    if not _RESET_VALUES:
+        fresh = _reset_state()
+        _RESET_VALUES.append(tuple(fresh[key] for key in _STATE_KEYS))
+    return _RESET_VALUES[0]
 
 
 def _copy(value: Any) -> Any:

@@ -112,8 +112,19 @@ def same_json(value: Any, other: Any) -> bool:
 
 
 def without_same(data: Mapping[str, Any], fresh: Mapping[str, Any]) -> dict[str, Any]:
-    """``data`` without the keys whose value writes the same JSON as ``fresh``'s."""
-    return {k: v for k, v in data.items() if k not in fresh or not same_json(v, fresh[k])}
+    """``data`` without the keys whose value writes the same JSON as ``fresh``'s.
+
+    >>> without_same({"a": 1, "b": 2.0, "c": -0.0, "d": [1]}, {"a": 1, "b": 2, "c": 0.0})
+    {'b': 2.0, 'c': -0.0, 'd': [1]}
+    """
+    # ``!=`` first, in the comprehension: a value unequal to the fresh one is kept without a
+    # call (a warm detector's fields mostly are); only equal ones need :func:`same_json`.
+    missing = _MISSING
+    return {k: v for k, v in data.items()
+            if (f := fresh.get(k, missing)) is missing or v != f or not same_json(v, f)}
+
+
+_MISSING: Any = object()
 
 
 class Detector:
@@ -131,6 +142,8 @@ class Detector:
     READS: ClassVar[tuple[int, ...]] = ()
     PARAMS: ClassVar[Mapping[str, Callable[[Any], Any]]] = {}
     STATE: ClassVar[tuple[Field, ...]] = ()
+    # a COMPACT detector's (snapshot ``params``, fresh twin's state), once snapshotted
+    _compact: tuple[dict[str, Any], dict[str, Any]] | None
     rule: ClassVar[str]
     severity: ClassVar[str]
 
@@ -144,6 +157,9 @@ class Detector:
         """Set every declared parameter from ``values`` (the constructor's ``locals()``)."""
         for name, convert in self.PARAMS.items():
             setattr(self, name, convert(values[name]))
+        if self.COMPACT:
+            # set with the parameters, so every instance has its attributes in one order
+            self._compact = None
 
     def params(self) -> dict[str, Any]:
         """The constructor's arguments, JSON-ready: ``cls(**params())`` is a fresh twin."""
@@ -164,11 +180,21 @@ class Detector:
 
     def snapshot(self) -> dict[str, Any]:
         """The whole state as JSON-ready data; ``restore(snapshot())`` continues identically."""
-        params, state = self.params(), self._state()
-        if self.COMPACT:
-            defaults, fresh = _fresh_of(type(self), params)
-            params, state = without_same(params, defaults), without_same(state, fresh)
-        return {"kind": self.KIND, "version": self.VERSION, "params": params, **state}
+        if not self.COMPACT:
+            return {"kind": self.KIND, "version": self.VERSION, "params": self.params(),
+                    **self._state()}
+        params, fresh = self._compact_params()
+        return {"kind": self.KIND, "version": self.VERSION, "params": dict(params),
+                **without_same(self._state(), fresh)}
+
+    def _compact_params(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """A compact snapshot's ``params`` and the state of a fresh twin, looked up once per
+        detector: parameters are set by the constructor only, and a checkpoint snapshots
+        every segment's detectors, so neither is written out and compared again."""
+        found = self._compact
+        if found is None:
+            found = self._compact = _compact_of(type(self), self.params())
+        return found
 
     @classmethod
     def restore(cls, data: dict[str, Any]) -> Self:
@@ -198,6 +224,20 @@ class Detector:
 # state), both JSON-ready: what a compact snapshot leaves out. Segments of one configuration
 # share their parameters, so this holds a handful of entries.
 _FRESH: dict[tuple[type, bytes], tuple[dict[str, Any], dict[str, Any]]] = {}
+
+# (class, parameters' JSON) -> (a compact snapshot's ``params``, a fresh twin's state):
+# shared by every detector of one configuration.
+_COMPACT: dict[tuple[type, bytes], tuple[dict[str, Any], dict[str, Any]]] = {}
+
+
+def _compact_of(cls: type[Detector], params: dict[str, Any]) -> tuple[dict[str, Any],
+                                                                    dict[str, Any]]:
+    key = (cls, orjson.dumps(params))
+    found = _COMPACT.get(key)
+    if found is None:
+        defaults, fresh = _fresh_of(cls, params)
+        found = _COMPACT[key] = (without_same(params, defaults), fresh)
+    return found
 
 
 def _fresh_of(cls: type[Detector], params: Mapping[str, Any]) -> tuple[dict[str, Any],

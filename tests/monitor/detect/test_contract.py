@@ -206,3 +206,47 @@ def test_what_compact_snapshots_leave_out_is_pinned_to_their_version(kind: str) 
         f"{kind}: its defaults or fresh state changed at version {cls.VERSION}; compact "
         "snapshots stored before this change would restore differently: bump VERSION, keep "
         "the old one readable, and record the new values in data/compact_fresh.json")
+
+
+def spelled_out(det: Any) -> dict[str, Any]:
+    """A compact snapshot computed from its definition, with nothing looked up or kept: the
+    parameters that differ from the constructor's defaults, and the state keys whose JSON
+    differs from a fresh twin's (one with the same parameters)."""
+    params = det.params()
+    defaults = type(det)().params()
+    twin = type(det)._from_params(json.loads(json.dumps(params)))
+    fresh = json.loads(json.dumps(twin._state()))
+
+    def differs(value: Any, other: Any) -> bool:
+        return json.dumps(value) != json.dumps(other) or type(value) is not type(other)
+
+    return {"kind": det.KIND, "version": det.VERSION,
+            "params": {k: v for k, v in params.items() if differs(v, defaults[k])},
+            **{k: v for k, v in det._state().items() if k not in fresh or differs(v, fresh[k])}}
+
+
+@pytest.mark.parametrize("name", COMPACT)
+def test_compact_snapshots_match_their_definition_snapshot_after_snapshot(name: str) -> None:
+    """What a detector looks up once (its compact parameters, a fresh twin's state) and the
+    shortcut past equal fields give, snapshot after snapshot, what the definition gives;
+    a caller changing a snapshot changes no later one."""
+    stream = events(4, 1200)
+    det = DETECTORS[name]()
+    for i, e in enumerate(stream):
+        feed(det, e)
+        if i % 97 == 0:
+            snap = det.snapshot()
+            assert json.dumps(snap, sort_keys=True) == json.dumps(spelled_out(det),
+                                                                  sort_keys=True)
+            snap["params"]["poisoned"] = True
+    assert "poisoned" not in det.snapshot()["params"]
+
+
+def test_detectors_of_one_class_with_other_parameters_snapshot_their_own() -> None:
+    """Parameters that compare equal yet are written differently (1 and 1.0 cannot arise
+    after the constructor's conversions, 0.0 and -0.0 can) stay apart."""
+    dets = [BreakevenMonitor(hysteresis=h) for h in (0.0, -0.0, 0.03, 0.05)]
+    for det in dets * 2:  # the second snapshot of each reads what the first looked up
+        assert json.dumps(det.snapshot()["params"]) == json.dumps(spelled_out(det)["params"])
+    assert [json.dumps(d.snapshot()["params"]) for d in dets] == [
+        '{"hysteresis": 0.0}', '{"hysteresis": -0.0}', "{}", '{"hysteresis": 0.05}']
