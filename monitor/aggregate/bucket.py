@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import math
+from array import array
 from operator import add, attrgetter, itemgetter
 from typing import Any
+
+import numpy as np
 
 from monitor.aggregate.outcome import OutcomeRates, cost_per_success
 from monitor.aggregate.rows import RowAdder
@@ -39,6 +43,30 @@ COUNTERS = (
 # Sums of floats: stored as doubles, never truncated to an int on the way back.
 FLOATS = ("gpu_seconds", "gpu_seconds_sq", "success_gpu_seconds")
 SKETCHES = ("ttft_ms", "e2e_ms", "decode_tps", "itl_p50_ms", "itl_p99_ms")
+
+
+_WIDTH = len(SKETCHES)
+_ABSENT = math.nan
+# From this many buffered requests on, the columns are cut with numpy.
+_NUMPY_FROM = 16
+
+
+def buffered_columns(values: array) -> list[list[float]]:
+    """Rows of ``len(SKETCHES)`` values (NaN: absent) as one list per sketch, in order.
+
+    >>> nan = float("nan")
+    >>> buffered_columns(array("d", [1.0, 2.0, nan, nan, 5.0, nan, 7.0, 8.0, nan, nan]))
+    [[1.0], [2.0, 7.0], [8.0], [], [5.0]]
+    """
+    n = len(values) // _WIDTH
+    if n < _NUMPY_FROM:
+        return [[v for v in values[j::_WIDTH] if v == v] for j in range(_WIDTH)]
+    rows = np.frombuffer(values, dtype=np.float64).reshape(n, _WIDTH)
+    out = []
+    for j in range(_WIDTH):
+        column = rows[:, j]
+        out.append(column[~np.isnan(column)].tolist())
+    return out
 
 
 # Adds rows of this class without building it (the store's checkpoint path).
@@ -82,7 +110,7 @@ class BucketStats(OutcomeRates):
     (2.0, 0.002)
     """
 
-    __slots__ = (*COUNTERS, *FLOATS, "per_position", "_sketches", "_buffers")
+    __slots__ = (*COUNTERS, *FLOATS, "per_position", "_sketches", "_values")
 
     def __init__(self) -> None:
         self.requests = 0
@@ -112,18 +140,26 @@ class BucketStats(OutcomeRates):
         # Built when first read (None until then): a checkpoint's pending deltas are one
         # object per series and minute, by the ten thousand, and most are only ever written.
         self._sketches: tuple[LogHistogram, ...] | None = None
-        # Latencies wait here until read or written: one list append per value on the hot
-        # path, and a vectorised fold into the sketches once per checkpoint.
-        self._buffers: tuple[list[float], ...] = tuple([] for _ in SKETCHES)
+        # Latencies wait here until read or written, one row of SKETCHES per request (NaN
+        # where it reported none), and are folded into the sketches once per checkpoint.
+        # One array of doubles rather than five lists of float objects: a checkpoint holds
+        # one of these per series and minute, by the ten thousand, most with a request or
+        # two (a third of this object's memory at one request).
+        self._values = array("d")
+
+    def _columns(self) -> list[list[float]]:
+        """The buffered values of each sketch, in arrival order."""
+        return buffered_columns(self._values)
 
     def _flush(self) -> tuple[LogHistogram, ...]:
         sketches = self._sketches
         if sketches is None:
             sketches = self._sketches = tuple(LogHistogram() for _ in SKETCHES)
-        for sketch, buf in zip(sketches, self._buffers, strict=True):
-            if buf:
-                sketch.extend(buf)
-                buf.clear()
+        if self._values:
+            for sketch, values in zip(sketches, self._columns(), strict=True):
+                if values:
+                    sketch.extend(values)
+            self._values = array("d")
         return sketches
 
     def _written(self) -> tuple[LogHistogram, ...]:
@@ -132,9 +168,10 @@ class BucketStats(OutcomeRates):
         if self._sketches is not None:
             return self._flush()
         out = tuple(LogHistogram() for _ in SKETCHES)
-        for sketch, buf in zip(out, self._buffers, strict=True):
-            if buf:
-                sketch.extend(buf)
+        if self._values:
+            for sketch, values in zip(out, self._columns(), strict=True):
+                if values:
+                    sketch.extend(values)
         return out
 
     @property
@@ -220,20 +257,17 @@ class BucketStats(OutcomeRates):
                 self.success_gpu_seconds += gpu
             if not e.gpu_estimated:
                 self.gpu_reported_requests += 1
-        ttft_buf, e2e_buf, tps_buf, itl50_buf, itl99_buf = self._buffers
+        # in SKETCHES' order; NaN: not reported (the parser admits finite numbers only)
         e2e = e.e2e_ms
-        e2e_buf.append(e2e)
         ttft = e.ttft_ms
-        if ttft is not None:
-            ttft_buf.append(ttft)
-            if e2e > ttft:
-                tps_buf.append(e.output_tokens * 1000.0 / (e2e - ttft))
-        itl = e.itl_p50_ms
-        if itl is not None:
-            itl50_buf.append(itl)
-        itl = e.itl_p99_ms
-        if itl is not None:
-            itl99_buf.append(itl)
+        if ttft is None:
+            ttft = tps = _ABSENT
+        else:
+            tps = e.output_tokens * 1000.0 / (e2e - ttft) if e2e > ttft else _ABSENT
+        itl50 = e.itl_p50_ms
+        itl99 = e.itl_p99_ms
+        self._values.extend((ttft, e2e, tps, _ABSENT if itl50 is None else itl50,
+                             _ABSENT if itl99 is None else itl99))
 
     def merge(self, other: BucketStats) -> None:
         for name in COUNTERS:
@@ -275,7 +309,7 @@ class BucketStats(OutcomeRates):
         # Every slot is set below: not through __init__, whose five empty sketches would be
         # built only to be replaced.
         b = cls.__new__(cls)
-        b._buffers = tuple([] for _ in SKETCHES)
+        b._values = array("d")
         for name, value in zip(COUNTERS, counters(row), strict=True):
             setattr(b, name, int(value or 0))
         for name, value in zip(FLOATS, floats(row), strict=True):

@@ -152,3 +152,54 @@ def test_a_float_difference_makes_buckets_unequal() -> None:
     a.update(event(1, 3, 1, gpu_seconds=0.5))
     b.update(event(1, 3, 1, gpu_seconds=0.25))
     assert a != b
+
+
+@pytest.mark.parametrize("n", [1, 2, 15, 16, 17, 250])
+def test_buffered_latencies_give_the_sketches_of_their_values_in_order(n: int) -> None:
+    """The latencies buffered per request (one array, NaN where a request reported none)
+    fold into sketches equal, to the last bit of each sum, to sketches fed each column's
+    values in arrival order; on either side of the size where the columns are cut with
+    numpy, and whether the sketches are read between requests or only written."""
+    import json
+    import random
+
+    from monitor.aggregate.sketch import LogHistogram
+
+    rng = random.Random(n)
+    events, columns = [], [[] for _ in range(5)]
+    for i in range(n):
+        e2e = rng.uniform(1.0, 5000.0) if i % 9 else float(rng.randint(1, 5000))
+        ttft = None if rng.random() < 0.2 else rng.choice([rng.uniform(0.0, 900.0), e2e])
+        itl50 = None if rng.random() < 0.3 else rng.uniform(0.0, 80.0)
+        itl99 = None if rng.random() < 0.3 else rng.uniform(0.0, 400.0)
+        out = rng.randint(0, 500)
+        events.append(event(i, 30, 10, e2e_ms=e2e, ttft_ms=ttft, output_tokens=out,
+                            itl_p50_ms=itl50, itl_p99_ms=itl99))
+        columns[1].append(e2e)
+        if ttft is not None:
+            columns[0].append(ttft)
+            if e2e > ttft:
+                columns[2].append(out * 1000.0 / (e2e - ttft))
+        for j, v in ((3, itl50), (4, itl99)):
+            if v is not None:
+                columns[j].append(v)
+    expected = []
+    for values in columns:
+        sketch = LogHistogram()
+        if values:
+            sketch.extend(values)
+        expected.append(json.dumps(sketch.to_json()))
+    written, read = BucketStats(), BucketStats()
+    for i, e in enumerate(events):
+        written.update(e)
+        read.update(e)
+        if i == n // 2:
+            _ = read.ttft_ms  # folds what is buffered so far; the rest later
+    for stats in (written, read):
+        row = stats.to_row()
+        got = [json.dumps(row[name]) for name in
+               ("ttft_ms", "e2e_ms", "decode_tps", "itl_p50_ms", "itl_p99_ms")]
+        if stats is written:
+            assert got == expected
+        else:  # folded in two parts: the same buckets and counts (sums may round apart)
+            assert [json.loads(g)["c"] for g in got] == [json.loads(x)["c"] for x in expected]
