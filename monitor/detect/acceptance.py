@@ -41,7 +41,7 @@ from typing import Any, Protocol, Self, runtime_checkable
 
 import numpy as np
 
-from monitor.detect.acceptance_reference import RequestHistogram
+from monitor.detect.acceptance_reference import EmptyHistogram, RequestHistogram
 from monitor.detect.base import Detector, same_json
 from monitor.detect.calibration import quasi_cusum_thresholds
 from monitor.detect.exceptions import StateVersionError
@@ -91,6 +91,9 @@ def on_grid(x: float) -> float:
 # w d, and their second moments for the baseline's standard error.
 _N, _A, _D, _WA, _WD, _WAA, _WAD, _WDD = range(8)
 _SUMS = 8
+# A warm-up's placeholders (see OverdispersedCusum._reset): shared, and unchangeable.
+_ZEROS = (0.0,) * _SUMS
+_EMPTY_HIST = EmptyHistogram()
 
 
 @runtime_checkable
@@ -273,29 +276,34 @@ class OverdispersedCusum(Detector):
         self._warm_tokens = 0
         # the baseline: rho, its sums, its histogram (the reference for theta)
         self._rho = 0.0
-        self._base = [0.0] * _SUMS
-        self._ref = RequestHistogram(0.0)
+        # Until the baseline, the fields of the watch phase hold shared placeholders that
+        # cannot change (tuples, a histogram that refuses requests): a segment warming up
+        # holds none of its own, and most segments of a large fleet's long tail are warming
+        # up. Arming gives each its own (_arm, carried, _set_state: _own_watch_fields).
+        self._base: Sequence[float] = _ZEROS
+        self._ref: RequestHistogram = _EMPTY_HIST
         self._p0 = 0.0  # quasi-likelihood baseline the test runs against
         self._cal_n = 0.0  # baseline size and rate at the last calibration
         self._cal_rate = 0.0
         self._arl = 0.0  # requests between false alarms of the whole detector
         # the bank, one entry per CUSUM (parallel lists: the hot loop indexes them)
-        self._side: list[int] = []  # -1 drop, +1 rise
-        self._delta: list[float] = []
-        self._p1: list[float] = []
-        self._ca: list[float] = []  # increment = w (a ca + (d - a) cb), at most h / min_requests
-        self._cb: list[float] = []
-        self._h: list[float] = []
-        self._cap: list[float] = []  # see _set_caps
+        # (empty tuples until calibrated, which sets lists)
+        self._side: Sequence[int] = ()  # -1 drop, +1 rise
+        self._delta: Sequence[float] = ()
+        self._p1: Sequence[float] = ()
+        self._ca: Sequence[float] = ()  # increment w (a ca + (d - a) cb), at most h / min_requests
+        self._cb: Sequence[float] = ()
+        self._h: Sequence[float] = ()
+        self._cap: Sequence[float] = ()  # see _set_caps
         self._bank: tuple[np.ndarray, ...] = ()  # ca, cb, cap, h as arrays: see _set_caps
-        self._theta: list[float] = []
-        self._s: list[float] = []
-        self._ex: list[list[float]] = []  # see _EMPTY_EX
+        self._theta: Sequence[float] = ()
+        self._s: Sequence[float] = ()
+        self._ex: Sequence[list[float]] = ()  # see _EMPTY_EX
         # refinement chunks: the newer one fills, the older waits a chunk before joining
         self._older: list[float] | None = None
         self._older_hist: RequestHistogram | None = None
-        self._newer = [0.0] * _SUMS
-        self._newer_hist = RequestHistogram(0.0)
+        self._newer: Sequence[float] = _ZEROS
+        self._newer_hist: RequestHistogram = _EMPTY_HIST
         # the changed state
         self._alarm: dict[str, Any] | None = None
         self._since = [0.0, 0.0, 0.0]  # n, a, d since the estimated change
@@ -339,7 +347,7 @@ class OverdispersedCusum(Detector):
         twin._rho = self._rho
         twin._base = list(self._base)
         twin._ref = RequestHistogram.from_json(self._ref.to_json())
-        twin._newer_hist = RequestHistogram(self._rho)
+        twin._newer, twin._newer_hist = [0.0] * _SUMS, RequestHistogram(self._rho)
         twin._p0, twin._cal_n, twin._cal_rate, twin._arl = (
             self._p0, self._cal_n, self._cal_rate, self._arl)
         for name in ("_side", "_delta", "_p1", "_ca", "_cb", "_h", "_theta"):
@@ -468,6 +476,7 @@ class OverdispersedCusum(Detector):
             if 0.0 < p < 1.0 and pairs > 0:
                 excess = float(((a - p * d) ** 2).sum()) / (p * (1.0 - p)) - float(d.sum())
                 self._rho = float(min(max(excess / pairs, 0.0), 1.0))
+        self._base, self._newer = [0.0] * _SUMS, [0.0] * _SUMS
         self._ref = RequestHistogram(self._rho)
         self._newer_hist = RequestHistogram(self._rho)
         self._add_many(self._base, self._ref, self._warm_a, self._warm_d)
@@ -963,13 +972,16 @@ class OverdispersedCusum(Detector):
         # empty fields. Nothing is rounded: see :func:`monitor.detect.base.same_json`.
         # ``!=`` first: a warm detector's fields mostly differ from a fresh one's, and are
         # kept without a call; only equal ones need same_json (0 against 0.0, say).
+        # A shared placeholder (``is`` a fresh warm-up's own) is left out at once.
         state = {key: _copy(value)  # compared before it is copied
-                 for key, value, new in zip(_STATE_KEYS, _state_values(self),
-                                            _reset_values(), strict=True)
-                 if value != new or not same_json(value, new)}
+                 for key, value, held, new in zip(_STATE_KEYS, _state_values(self),
+                                                  _placeholders(), _reset_values(), strict=True)
+                 if value is not held and (value != new or not same_json(value, new))}
         fresh = _reset_state()
         for name in self._HISTS:
             hist = getattr(self, name)
+            if hist is _EMPTY_HIST:
+                continue
             value = None if hist is None else hist.to_json()
             if not same_json(value, fresh[name[1:]]):
                 state[name[1:]] = value
@@ -990,9 +1002,25 @@ class OverdispersedCusum(Detector):
             if name[1:] in state:
                 raw = state[name[1:]]
                 setattr(self, name, None if raw is None else RequestHistogram.from_json(raw))
-        # A statistic stored before the grid existed joins it here (a move under 1.2e-10).
-        self._s = [on_grid(v) for v in self._s]
-        self._set_caps()
+        if self._phase != "warmup":
+            self._own_watch_fields()
+        if self._h:  # calibrated
+            # A statistic stored before the grid existed joins it here (a move under 1.2e-10).
+            self._s = [on_grid(v) for v in self._s]
+            self._set_caps()
+
+    def _own_watch_fields(self) -> None:
+        """Own lists and histograms where a restored detector past its warm-up still holds
+        a warm-up's placeholders (a value left out of its snapshot as equal to them):
+        these are added to in place from now on."""
+        if self._base is _ZEROS:
+            self._base = [0.0] * _SUMS
+        if self._newer is _ZEROS:
+            self._newer = [0.0] * _SUMS
+        if self._ref is _EMPTY_HIST:
+            self._ref = RequestHistogram(0.0)
+        if self._newer_hist is _EMPTY_HIST:
+            self._newer_hist = RequestHistogram(0.0)
 
     def __repr__(self) -> str:
         return (
@@ -1015,14 +1043,29 @@ _STATE_KEYS = tuple(name[1:] for name in OverdispersedCusum._STATE)
 # the state fields of a detector, in _STATE's order (one C-level call)
 _state_values = attrgetter(*OverdispersedCusum._STATE)
 _RESET_VALUES: list[tuple[Any, ...]] = []
+_PLACEHOLDERS: list[tuple[Any, ...]] = []
 
 
 def _reset_values() -> tuple[Any, ...]:
-    """A fresh warm-up's values of ``_STATE``, in that order."""
+    """A fresh warm-up's values of ``_STATE``, in that order, as JSON reads them back
+    (lists, not the placeholders' tuples)."""
     if not _RESET_VALUES:
         fresh = _reset_state()
-        _RESET_VALUES.append(tuple(fresh[key] for key in _STATE_KEYS))
+        _RESET_VALUES.append(tuple(list(v) if type(v) is tuple else v
+                                   for v in (fresh[key] for key in _STATE_KEYS)))
     return _RESET_VALUES[0]
+
+
+def _placeholders() -> tuple[Any, ...]:
+    """The shared placeholders among a fresh warm-up's values of ``_STATE`` (None for the
+    rest): a detector's value that ``is`` one equals a fresh warm-up's."""
+    if not _PLACEHOLDERS:
+        raw = _state_values(OverdispersedCusum())
+        _PLACEHOLDERS.append(tuple(v if type(v) is tuple else _NOT_HELD for v in raw))
+    return _PLACEHOLDERS[0]
+
+
+_NOT_HELD: Any = object()
 
 
 def _copy(value: Any) -> Any:

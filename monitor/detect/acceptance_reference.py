@@ -138,6 +138,36 @@ class RequestHistogram:
         return len(self._keys)
 
 
+class EmptyHistogram(RequestHistogram):
+    """An empty histogram (rho 0) that takes no requests: one placeholder shared by every
+    detector still warming up, which a request added by mistake would change for all.
+
+    >>> h = EmptyHistogram()
+    >>> h.to_json() == RequestHistogram(0.0).to_json(), len(h)
+    (True, 0)
+    >>> h.add(1, 2)
+    Traceback (most recent call last):
+    ...
+    TypeError: a shared empty histogram takes no requests: give the detector its own
+    """
+
+    def __init__(self) -> None:
+        super().__init__(0.0)
+
+    def add(self, accepted: int, drafted: int) -> None:
+        self._refuse()
+
+    def add_many(self, accepted: list[int], drafted: list[int]) -> None:
+        self._refuse()
+
+    def merge(self, other: RequestHistogram) -> None:
+        self._refuse()
+
+    @staticmethod
+    def _refuse() -> None:
+        raise TypeError("a shared empty histogram takes no requests: give the detector its own")
+
+
 def _u_bins(wd: np.ndarray) -> np.ndarray:
     """``int(math.log(wd) / _U_STEP)`` of each entry, as the scalar code computed it.
 

@@ -350,3 +350,59 @@ def test_warm_up_taken_a_run_at_a_time_skips_and_refuses_as_update_does() -> Non
     with pytest.raises(ValueError, match="accepted <= drafted"):
         bad.update_many([*accepted[:100], 7], [*drafted[:100], 3], ts[:101])
     assert bad.evidence()["requests"] == sum(d > 0 for d in drafted[:100])
+
+
+WATCH_FIELDS = ("_base", "_newer", "_ref", "_newer_hist", "_side", "_delta", "_p1", "_ca",
+                "_cb", "_h", "_cap", "_theta", "_s", "_ex")
+
+
+def test_warming_detectors_share_their_watch_fields_until_armed() -> None:
+    """Before its baseline a detector holds the watch phase's fields as shared placeholders
+    (most of a large fleet's segments are warming up); arming gives each its own, and the
+    placeholders come out of every run as they went in."""
+    from monitor.detect.acceptance import _EMPTY_HIST, _ZEROS
+
+    warming = [OverdispersedCusum(warmup_requests=100, warmup_tokens=0) for _ in range(2)]
+    stream = chain_stream(400, 0.6, seed=5)
+    for det in warming:
+        feed(det, stream, 0, 50)
+        assert det.phase == "warmup"
+    for name in WATCH_FIELDS:
+        assert getattr(warming[0], name) is getattr(warming[1], name), name
+    for det in warming:
+        feed(det, stream, 50)
+        assert det.phase == "watch"
+    for name in WATCH_FIELDS:
+        mine, theirs = getattr(warming[0], name), getattr(warming[1], name)
+        assert mine is not theirs and mine is not _ZEROS and mine is not _EMPTY_HIST, name
+    assert _ZEROS == (0.0,) * 8
+    assert _EMPTY_HIST.n == 0 and _EMPTY_HIST.to_json() == RequestHistogram(0.0).to_json()
+    with pytest.raises(TypeError, match="takes no requests"):
+        _EMPTY_HIST.add(1, 2)
+
+
+def test_a_restored_watch_left_without_its_chunk_owns_it_again() -> None:
+    """A watching detector whose newest chunk is empty (rho 0: its histogram equals a fresh
+    one) stores neither; restored, it takes its own and goes on as the uninterrupted one,
+    and a detector carried from it owns its chunk too."""
+    from monitor.detect.acceptance import _EMPTY_HIST, _ZEROS
+
+    det = OverdispersedCusum(warmup_requests=100, warmup_tokens=0, baseline_chunk=20,
+                             overdispersion=False)
+    stream = chain_stream(3_000, 0.6, seed=6, change_at=2_000, factor=0.8)
+    a, d, t = stream
+    i = 0
+    while not (det.phase == "watch" and det._newer[0] == 0.0 and i > 200):
+        det.update(a[i], d[i], t[i])
+        i += 1
+    snap = json.loads(json.dumps(det.snapshot()))
+    assert "newer" not in snap["state"] and "newer_hist" not in snap["state"]
+    twin = OverdispersedCusum.restore(snap)
+    assert twin._newer is not _ZEROS and twin._newer_hist is not _EMPTY_HIST
+    carried = twin.carried()
+    assert carried is not None and carried._newer is not _ZEROS
+    for j in range(i, len(a)):
+        det.update(a[j], d[j], t[j])
+        twin.update(a[j], d[j], t[j])
+        assert _outputs(twin) == _outputs(det), j
+    assert json.dumps(twin.snapshot()) == json.dumps(det.snapshot())
