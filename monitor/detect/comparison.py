@@ -43,6 +43,8 @@ COMPARING, WORSE, BETTER, SAME, NOT_COMPARED, INSUFFICIENT = (
 
 Flip = tuple[str, bool, dict[str, Any]]  # rule, firing now, details
 
+_NO_HOLDS: frozenset[str] = frozenset()
+
 
 class Comparison:
     """One change's live test; :meth:`update` per event of the new setup, then read
@@ -56,7 +58,9 @@ class Comparison:
         self.throughput = throughput
         self.window = window
         self.shared = shared  # positions compared when the draft got longer
-        self.holds: set[str] = set()  # rules this comparison has firing
+        # rules this comparison has firing: a frozenset, replaced on change (an empty set
+        # object is 216 bytes, and a fleet's changes are many; most never hold a rule)
+        self.holds: frozenset[str] = _NO_HOLDS
         self.flips: list[Flip] = []
         self.changed = False
         self._a = 0  # accepted / drafted of the new setup, on the compared basis
@@ -96,13 +100,13 @@ class Comparison:
                 if det.drift_detected:
                     if det.direction == DROP:
                         self._decide(WORSE, e.ts)
-                        self.holds.add("acceptance_drop")
+                        self.holds = self.holds | {"acceptance_drop"}
                         self.flips.append(("acceptance_drop", True, self.evidence(det)))
                     else:
                         self._decide(BETTER, e.ts)
                         self.acceptance = None  # decided, and nothing to hold
                 elif det.recovered and "acceptance_drop" in self.holds:
-                    self.holds.discard("acceptance_drop")
+                    self.holds = self.holds - {"acceptance_drop"}
                     self.flips.append(("acceptance_drop", False, self.evidence(det)))
                     self._decide(SAME, e.ts, reason="acceptance back at the previous level")
                     self.acceptance = None
@@ -111,9 +115,9 @@ class Comparison:
             tput.update(e)
             if tput.changed:
                 if tput.firing:
-                    self.holds.add("throughput_drop")
+                    self.holds = self.holds | {"throughput_drop"}
                 else:
-                    self.holds.discard("throughput_drop")
+                    self.holds = self.holds - {"throughput_drop"}
                 self.flips.append(("throughput_drop", tput.firing, self._previous(
                     tput.evidence(), None)))
                 live["throughput"] = "worse" if tput.firing else "same"
@@ -152,7 +156,7 @@ class Comparison:
     def release(self, ts: float, reason: str) -> None:
         """Stop comparing (an operator accepted the new baseline, the pair went idle); the
         engine resolves what was held."""
-        self.holds.clear()
+        self.holds = _NO_HOLDS
         if self.acceptance is not None and self.state == COMPARING:
             self._decide(SAME, ts, reason=reason)
         self.acceptance = self.throughput = None
@@ -220,7 +224,7 @@ class Comparison:
                   None if acc is None else restore_detector(acc),  # type: ignore[arg-type]
                   None if tput is None else ThroughputMonitor.restore(tput),
                   window=float(data["window"]), shared=data["shared"])
-        cmp.holds = set(data["holds"])
+        cmp.holds = frozenset(data["holds"]) or _NO_HOLDS
         cmp._a, cmp._d, cmp._n, cmp._events, cmp._errors = (int(x) for x in data["counts"])
         return cmp
 

@@ -112,6 +112,15 @@ def _z_upper(alpha: float) -> float:
 
 
 @lru_cache(maxsize=64)
+def _skips(level: float, quantiles: tuple[float, ...]) -> tuple[tuple[float, float], ...]:
+    """Per quantile ``q``, ``(q, bound)``: the bound on (k - n q)^2 / n under which a count
+    is surely not significant at ``level``. Cached: one tuple for every monitor of a
+    configuration, not one each (a fleet's segments, by the ten thousand)."""
+    z2 = _skip_z2(level)
+    return tuple((q, z2 * q * (1.0 - q) / 2.0) for q in quantiles)
+
+
+@lru_cache(maxsize=64)
 def _skip_z2(level: float) -> float:
     """``z^2`` for ``P(Z >= z) = 2 level`` (-1 when that ``z`` is not positive).
 
@@ -347,8 +356,7 @@ class ThroughputMonitor(ConditionDetector):
         # derived from the parameters, for _decide: the per-quantile level, and per quantile
         # the bound on (k - n q)^2 / n under which a count is surely not significant
         self._level = self.alpha / len(self.quantiles)
-        z2 = _skip_z2(self._level)
-        self._skips = tuple((q, z2 * q * (1.0 - q) / 2.0) for q in self.quantiles)
+        self._skips = _skips(self._level, self.quantiles)
         self._start_warmup()
 
     def _start_warmup(self) -> None:

@@ -281,3 +281,15 @@ def test_bad_versions_raise() -> None:
     assert snap["kind"] == "throughput"
     with pytest.raises(StateVersionError):
         ThroughputMonitor.restore({**snap, "version": 9})
+
+
+def test_monitors_of_one_configuration_share_their_derived_bounds() -> None:
+    """The per-quantile bounds derived from the parameters are one tuple per configuration
+    (a fleet builds one monitor per segment), and what the formula gives."""
+    from monitor.detect.throughput import _skip_z2
+
+    a, b = ThroughputMonitor(), ThroughputMonitor()
+    other = ThroughputMonitor(quantiles=(0.5,))
+    assert a._skips is b._skips and other._skips is not a._skips
+    z2 = _skip_z2(a.alpha / 2)
+    assert a._skips == ((0.5, z2 * 0.5 * 0.5 / 2.0), (0.25, z2 * 0.25 * 0.75 / 2.0))
