@@ -49,7 +49,15 @@ from statistics import NormalDist
 from typing import Any
 
 from monitor.detect.base import CHANGED, FIRING, ConditionDetector, field, nested
-from monitor.detect.windows import BucketRing, PairSample, SlidingHistogram
+from monitor.detect.windows import (
+    BucketRing,
+    EmptyRing,
+    EmptySlidingHistogram,
+    PairSample,
+    SlidingHistogram,
+    empty_ring,
+    empty_sliding_histogram,
+)
 from monitor.telemetry.event import Event
 
 __all__ = ["ThroughputMonitor", "binom_sf", "fit_batch_factor", "proportion_rise_z"]
@@ -368,8 +376,20 @@ class ThroughputMonitor(ConditionDetector):
         self._baseline: dict[str, Any] | None = None
         self._norm: _Norm | None = None  # the baseline's numbers update() needs, unpacked
         self._resolve_keys: list[int] | None = None  # derived from the baseline, when needed
-        self._ring = BucketRing(self.window, self.bucket, _FIXED + len(self.quantiles))
-        self._hist = SlidingHistogram(self.window, self.bucket, self.relative_accuracy)
+        # The window counts nothing until the baseline: shared empty placeholders until
+        # then (a segment warming up holds no window of its own), own ones from _fit.
+        self._ring: BucketRing = empty_ring(self.window, self.bucket,
+                                            _FIXED + len(self.quantiles))
+        self._hist: SlidingHistogram = empty_sliding_histogram(self.window, self.bucket,
+                                                               self.relative_accuracy)
+
+    def _own_window(self) -> None:
+        """A window of its own, once there is a baseline to judge it against (or restored
+        with one: a window equal to an empty one is left out of the snapshot)."""
+        if type(self._ring) is EmptyRing:
+            self._ring = BucketRing(self.window, self.bucket, _FIXED + len(self.quantiles))
+        if type(self._hist) is EmptySlidingHistogram:
+            self._hist = SlidingHistogram(self.window, self.bucket, self.relative_accuracy)
 
     # -- feeding ------------------------------------------------------------------------------
 
@@ -740,6 +760,7 @@ class ThroughputMonitor(ConditionDetector):
         }
         self._norm = _norm(self._baseline)
         self._sample = PairSample(self.reservoir)  # the raw sample is no longer needed
+        self._own_window()
 
     def carried(self) -> ThroughputMonitor | None:
         """A monitor for the setup that replaced this one: this baseline (quantiles, batch
@@ -750,6 +771,7 @@ class ThroughputMonitor(ConditionDetector):
         twin._baseline = dict(self._baseline)
         twin._norm = _norm(twin._baseline)
         twin._warm_start = self._warm_start
+        twin._own_window()
         return twin
 
     def reset_baseline(self) -> None:
@@ -908,3 +930,5 @@ class ThroughputMonitor(ConditionDetector):
     def _set_state(self, data: dict[str, Any]) -> None:
         super()._set_state(data)
         self._norm = None if self._baseline is None else _norm(self._baseline)
+        if self._norm is not None:
+            self._own_window()

@@ -24,9 +24,11 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Sequence
-from typing import Any
+from functools import lru_cache
+from typing import Any, NoReturn
 
-__all__ = ["BucketRing", "PairSample", "SlidingHistogram", "ThinnedSample", "bucket_count"]
+__all__ = ["BucketRing", "EmptyRing", "EmptySlidingHistogram", "PairSample", "SlidingHistogram",
+           "ThinnedSample", "bucket_count", "empty_ring", "empty_sliding_histogram"]
 
 # Values <= 0 share one bin below every positive bin (an int, so bins stay JSON-able and sortable).
 _ZERO_KEY = -(2**31)
@@ -209,6 +211,47 @@ class BucketRing:
         ring._buckets = {int(k): list(v) for k, v in data["buckets"]}
         ring._set_head(data["head"])
         return ring
+
+
+class EmptyRing(BucketRing):
+    """A :class:`BucketRing` that stays empty: one placeholder shared by the monitors still
+    warming up, which count nothing in their window yet (:func:`empty_ring`). Its sums are a
+    tuple and every way in refuses, so a monitor that did not take a ring of its own fails
+    rather than counting into every other's.
+
+    >>> ring = empty_ring(600.0, 60.0, 2)
+    >>> ring is empty_ring(600.0, 60.0, 2), ring.snapshot() == BucketRing(600, 60, 2).snapshot()
+    (True, True)
+    >>> ring.slot(0.0)
+    Traceback (most recent call last):
+    ...
+    TypeError: a shared empty window takes no events: give the monitor its own
+    """
+
+    __slots__ = ()
+
+    def __init__(self, window: float, bucket: float, width: int) -> None:
+        super().__init__(window, bucket, width)
+        self.sums = tuple(self.sums)  # type: ignore[assignment]
+
+    def advance(self, ts: float) -> None:
+        _refuse()
+
+    def slot(self, ts: float) -> list[float] | None:
+        _refuse()
+
+    def add(self, ts: float, values: tuple[float, ...] | list[float]) -> bool:
+        _refuse()
+
+
+def _refuse() -> NoReturn:
+    raise TypeError("a shared empty window takes no events: give the monitor its own")
+
+
+@lru_cache(maxsize=64)
+def empty_ring(window: float, bucket: float, width: int) -> EmptyRing:
+    """The shared :class:`EmptyRing` of these parameters."""
+    return EmptyRing(window, bucket, width)
 
 
 class SlidingHistogram:
@@ -481,6 +524,41 @@ class SlidingHistogram:
         h._buckets = {int(k): {int(b): int(n) for b, n in v} for k, v in data["buckets"]}
         h._set_head(data["head"])
         return h
+
+
+class EmptySlidingHistogram(SlidingHistogram):
+    """A :class:`SlidingHistogram` that stays empty, shared like :class:`EmptyRing`
+    (:func:`empty_sliding_histogram`): it takes no values and tracks no bins.
+
+    >>> h = empty_sliding_histogram(600.0, 60.0, 0.01)
+    >>> h.quantile(0.5), h.snapshot() == SlidingHistogram(600.0, 60.0).snapshot()
+    (None, True)
+    >>> h.add(0.0, 1.0)
+    Traceback (most recent call last):
+    ...
+    TypeError: a shared empty window takes no events: give the monitor its own
+    """
+
+    __slots__ = ()
+
+    def advance(self, ts: float) -> None:
+        _refuse()
+
+    def add(self, ts: float, value: float) -> bool:
+        _refuse()
+
+    def add_many(self, ts: float, values: Sequence[float]) -> bool:
+        _refuse()
+
+    def count_below(self, key: int) -> int:
+        _refuse()
+
+
+@lru_cache(maxsize=64)
+def empty_sliding_histogram(window: float, bucket: float,
+                            relative_accuracy: float) -> EmptySlidingHistogram:
+    """The shared :class:`EmptySlidingHistogram` of these parameters."""
+    return EmptySlidingHistogram(window, bucket, relative_accuracy)
 
 
 class ThinnedSample:

@@ -293,3 +293,39 @@ def test_monitors_of_one_configuration_share_their_derived_bounds() -> None:
     assert a._skips is b._skips and other._skips is not a._skips
     z2 = _skip_z2(a.alpha / 2)
     assert a._skips == ((0.5, z2 * 0.5 * 0.5 / 2.0), (0.25, z2 * 0.25 * 0.75 / 2.0))
+
+
+def test_warming_monitors_share_an_empty_window_until_their_baseline() -> None:
+    """The window counts nothing before the baseline: monitors warming up share one empty
+    window (a fleet's long tail is warming up); the baseline gives each its own, as do a
+    restore right after it (an empty window is left out of the snapshot) and a carry-over,
+    and the shared one refuses events."""
+    from monitor.detect.windows import EmptyRing, EmptySlidingHistogram
+
+    warming = [ThroughputMonitor(warmup=60, min_baseline=50) for _ in range(2)]
+    for m in warming:
+        for i in range(30):
+            m.update(event(i, 100.0))
+    assert warming[0]._ring is warming[1]._ring and warming[0]._hist is warming[1]._hist
+    shared = warming[0]._ring
+    for m in warming:
+        i = 30
+        while not m.ready:  # up to the request that completes the baseline, and no further
+            m.update(event(i, 100.0 + i % 7))
+            i += 1
+    assert warming[0]._ring is not warming[1]._ring
+    snap = json.loads(json.dumps(warming[0].snapshot()))
+    assert "ring" not in snap and "hist" not in snap  # ready, and nothing in the window yet
+    restored = ThroughputMonitor.restore(snap)
+    carried = warming[0].carried()
+    assert carried is not None
+    for m in (*warming, restored, carried):
+        assert type(m._ring) is not EmptyRing and type(m._hist) is not EmptySlidingHistogram
+    for j in range(i, i + 300):
+        warming[0].update(event(j, 60.0 + j % 7))
+        restored.update(event(j, 60.0 + j % 7))
+        assert (restored.firing, restored.changed) == (warming[0].firing, warming[0].changed)
+    assert warming[0].firing and restored.snapshot() == warming[0].snapshot()
+    assert shared.totals == (0,) * len(shared.totals) and shared.head is None
+    with pytest.raises(TypeError, match="takes no events"):
+        shared.slot(0.0)
