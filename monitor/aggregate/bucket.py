@@ -147,18 +147,19 @@ class BucketStats(OutcomeRates):
         # two (a third of this object's memory at one request).
         self._values = array("d")
 
-    def _columns(self) -> list[list[float]]:
-        """The buffered values of each sketch, in arrival order."""
-        return buffered_columns(self._values)
+    def _fold_into(self, sketches: tuple[LogHistogram, ...]) -> None:
+        """Add the buffered values to ``sketches``, each sketch its column in arrival order."""
+        if self._values:
+            for sketch, values in zip(sketches, buffered_columns(self._values), strict=True):
+                if values:
+                    sketch.extend(values)
 
     def _flush(self) -> tuple[LogHistogram, ...]:
         sketches = self._sketches
         if sketches is None:
             sketches = self._sketches = tuple(LogHistogram() for _ in SKETCHES)
         if self._values:
-            for sketch, values in zip(sketches, self._columns(), strict=True):
-                if values:
-                    sketch.extend(values)
+            self._fold_into(sketches)
             self._values = array("d")
         return sketches
 
@@ -168,10 +169,7 @@ class BucketStats(OutcomeRates):
         if self._sketches is not None:
             return self._flush()
         out = tuple(LogHistogram() for _ in SKETCHES)
-        if self._values:
-            for sketch, values in zip(out, self._columns(), strict=True):
-                if values:
-                    sketch.extend(values)
+        self._fold_into(out)
         return out
 
     @property

@@ -975,7 +975,7 @@ class OverdispersedCusum(Detector):
         # A shared placeholder (``is`` a fresh warm-up's own) is left out at once.
         state = {key: _copy(value)  # compared before it is copied
                  for key, value, held, new in zip(_STATE_KEYS, _state_values(self),
-                                                  _placeholders(), _reset_values(), strict=True)
+                                                  *_fresh_values(), strict=True)
                  if value is not held and (value != new or not same_json(value, new))}
         fresh = _reset_state()
         for name in self._HISTS:
@@ -1042,30 +1042,17 @@ def _reset_state() -> dict[str, Any]:
 _STATE_KEYS = tuple(name[1:] for name in OverdispersedCusum._STATE)
 # the state fields of a detector, in _STATE's order (one C-level call)
 _state_values = attrgetter(*OverdispersedCusum._STATE)
-_RESET_VALUES: list[tuple[Any, ...]] = []
-_PLACEHOLDERS: list[tuple[Any, ...]] = []
+_FRESH_VALUES: list[tuple[tuple[Any, ...], tuple[Any, ...]]] = []
 
 
-def _reset_values() -> tuple[Any, ...]:
-    """A fresh warm-up's values of ``_STATE``, in that order, as JSON reads them back
-    (lists, not the placeholders' tuples)."""
-    if not _RESET_VALUES:
-        fresh = _reset_state()
-        _RESET_VALUES.append(tuple(list(v) if type(v) is tuple else v
-                                   for v in (fresh[key] for key in _STATE_KEYS)))
-    return _RESET_VALUES[0]
-
-
-def _placeholders() -> tuple[Any, ...]:
-    """The shared placeholders among a fresh warm-up's values of ``_STATE`` (None for the
-    rest): a detector's value that ``is`` one equals a fresh warm-up's."""
-    if not _PLACEHOLDERS:
-        raw = _state_values(OverdispersedCusum())
-        _PLACEHOLDERS.append(tuple(v if type(v) is tuple else _NOT_HELD for v in raw))
-    return _PLACEHOLDERS[0]
-
-
-_NOT_HELD: Any = object()
+def _fresh_values() -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """A fresh warm-up's values of ``_STATE``, in that order: as it holds them (a value that
+    ``is`` one of these, a shared placeholder say, equals it), and as JSON reads them back
+    (lists for the placeholders' tuples)."""
+    if not _FRESH_VALUES:
+        held = _state_values(OverdispersedCusum())
+        _FRESH_VALUES.append((held, tuple(list(v) if type(v) is tuple else v for v in held)))
+    return _FRESH_VALUES[0]
 
 
 def _copy(value: Any) -> Any:
