@@ -193,12 +193,17 @@ class Pipeline:
         self.summary = IngestSummary()
         self._clock = clock
         self._partitions: dict[int, PartitionTracker] = {}
-        # (*series key fields, minute bucket start) -> statistics since the last checkpoint
-        self._pending: dict[tuple[Any, ...], BucketStats] = {}
-        # (experiment, arm, *series key fields, hour bucket start) -> the same, per A/B arm
-        self._pending_experiments: dict[tuple[Any, ...], BucketStats] = {}
-        # (slice key, *series key fields, hour bucket start) -> what a policy learns from
-        self._pending_slices: dict[tuple[Any, ...], SliceStats] = {}
+        # (series, minute bucket start) -> statistics since the last checkpoint
+        self._pending: dict[tuple[SeriesKey, int], BucketStats] = {}
+        # (experiment, arm, series, hour bucket start) -> the same, per A/B arm
+        self._pending_experiments: dict[tuple[str, str, SeriesKey, int], BucketStats] = {}
+        # (slice, series, hour bucket start) -> what a policy learns from
+        self._pending_slices: dict[tuple[SliceKey, SeriesKey, int], SliceStats] = {}
+        # One key object per series and per slice since the last checkpoint, shared by all
+        # of its deltas: the pending keys are what the checkpoint writes, so it builds none
+        # (at ten thousand series, a key per delta was tens of MB held through the commit).
+        self._series: dict[tuple[Any, ...], SeriesKey] = {}
+        self._slice_keys: dict[tuple[str, str, str, str], SliceKey] = {}
         self.slicer = slicer
         # Where an event reports no GPU time it is estimated as its share of the replica's
         # GPUs for its duration (config ``cost.gpus_per_replica``).
@@ -289,6 +294,8 @@ class Pipeline:
         self._pending.clear()
         self._pending_experiments.clear()
         self._pending_slices.clear()
+        self._series.clear()
+        self._slice_keys.clear()
         self._pending_events = 0
         self._applied_baselines.clear()
         if self.guard is not None:
@@ -473,31 +480,35 @@ class Pipeline:
             counted_events = self.guard.admit(counted_events)
         gpus = self._gpus_per_replica
         slicer, slices = self.slicer, self._pending_slices
+        series_keys = self._series
         for e in counted_events:
             if e.gpu_seconds is None:
                 # Before aggregation and observation: the rollups, the experiment rollups
                 # and the detectors all see the same GPU time.
                 e.gpu_seconds = e.e2e_ms / 1000 * gpus / (e.batch_size or 1)
                 e.gpu_estimated = True
-            # A plain tuple is cheaper to build than a SeriesKey; checkpoint() converts.
-            bucket_key = (
+            # A plain tuple finds the series' key (equal to it): cheaper than a SeriesKey.
+            fields = (
                 e.route, e.target_model, e.target_revision, e.target_tokenizer,
                 e.draft_model or "", e.draft_revision or "", e.draft_tokenizer or "",
-                e.method or "", e.num_speculative_tokens, int(e.ts // 60) * 60,
+                e.method or "", e.num_speculative_tokens,
             )
+            series = series_keys.get(fields)
+            if series is None:
+                series = series_keys[fields] = SeriesKey._make(heap.interned(fields))
+            bucket_key = (series, int(e.ts // 60) * 60)
             bucket = pending.get(bucket_key)
             if bucket is None:
-                bucket_key = heap.interned(bucket_key)
                 bucket = pending[bucket_key] = BucketStats()
             bucket.update(e)
             if e.experiment_name is not None:
-                self._count_experiment(e, bucket_key)
+                self._count_experiment(e, series)
             # A shadow twin ran on another upstream: its timing says nothing of this one's.
             if slicer is not None and not (e.tags and e.is_shadow):
-                skey = (slicer.key(e), *bucket_key[:-1], int(e.ts // 3600) * 3600)
+                skey = (slicer.key(e), series, int(e.ts // 3600) * 3600)
                 sstats = slices.get(skey)
                 if sstats is None:
-                    skey = (skey[0], *heap.interned(bucket_key[:-1]), skey[-1])
+                    skey = (self._slice_key(skey[0]), series, skey[2])
                     sstats = slices[skey] = SliceStats()
                 sstats.update(e)
         counted = len(counted_events)
@@ -557,9 +568,15 @@ class Pipeline:
         from the stored offsets, and observing it now would judge it twice)."""
         self._held = []
 
-    def _count_experiment(self, e: Event, bucket_key: tuple[Any, ...]) -> None:
-        ts = int(e.ts // 3600) * 3600
-        key = (e.experiment_name, e.experiment_arm or "", *bucket_key[:-1], ts)
+    def _slice_key(self, fields: tuple[str, str, str, str]) -> SliceKey:
+        key = self._slice_keys.get(fields)
+        if key is None:
+            key = self._slice_keys[fields] = SliceKey._make(fields)
+        return key
+
+    def _count_experiment(self, e: Event, series: SeriesKey) -> None:
+        assert e.experiment_name is not None
+        key = (e.experiment_name, e.experiment_arm or "", series, int(e.ts // 3600) * 3600)
         pending = self._pending_experiments
         bucket = pending.get(key)
         if bucket is None:
@@ -646,16 +663,12 @@ class Pipeline:
                 )
             )
         state = observer.snapshot() if observer is not None else {}
-        rollups = {(SeriesKey._make(k[:-1]), k[-1]): b for k, b in self._pending.items()}
-        experiments = {
-            (k[0], k[1], SeriesKey._make(k[2:-1]), k[-1]): b
-            for k, b in self._pending_experiments.items()
-        }
+        # The pending deltas as they are: their keys already share one object per series.
+        rollups = self._pending
         cp = Checkpoint(self.source, rollups=rollups, partitions=commits, state=state,
                         alerts=alerts, applied_baselines=list(self._applied_baselines),
-                        changes=changes, experiments=experiments,
-                        slices={(SliceKey._make(k[0]), SeriesKey._make(k[1:-1]), k[-1]): b
-                                for k, b in self._pending_slices.items()})
+                        changes=changes, experiments=self._pending_experiments,
+                        slices=self._pending_slices)
         if notified:
             state.update(notified.state)
             cp.outbox, cp.episodes = notified.outbox, notified.episodes
@@ -682,6 +695,8 @@ class Pipeline:
         self._pending = {}
         self._pending_experiments = {}
         self._pending_slices = {}
+        self._series = {}
+        self._slice_keys = {}
         self._pending_events = 0
         self._applied_baselines.clear()
         if self.guard is not None:
@@ -698,7 +713,7 @@ class Pipeline:
         if newest != NEG_INF:
             self.metrics.event_time_lag.set(max(0.0, time.time() - newest))
         written = len(rollups) + len(state) + len(cp.slices)
-        del cp, state, rollups, experiments
+        del cp, state, rollups
         if written >= heap.TRIM_AFTER_ROWS:
             heap.release()  # the checkpoint's peak, freed just now, back to the system
         return True

@@ -66,6 +66,9 @@ class Segment:
     firing: dict[str, str] = field(default_factory=dict)  # rule -> fingerprint
     versus: Comparison | None = None  # the live test against the setup this one replaced
     setup: dict[str, str] = field(default_factory=dict)  # see monitor.change_record
+    # The setup as change records name it (lineage.described): built once, read-only, shared
+    # by the records of this setup's change and of the changes that replace it; never stored.
+    described: dict[str, str] | None = field(default=None, compare=False, repr=False)
 
     @property
     def temperature(self) -> str:

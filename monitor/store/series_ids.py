@@ -118,14 +118,17 @@ def resolve_series(
         found = _lookup(conn, list(missing))
         new = [h for h in missing if h not in found]
         if new:
-            rows = []
-            for h in new:
-                key = missing[h]
-                first, last = spans[key]
-                rows.append(
-                    {"key_hash": h, **key._asdict(), "first_seen_at": first, "last_seen_at": last}
-                )
-            executemany(conn, dialect_statement(conn, "insert_series", _insert_series), rows)
+            insert = dialect_statement(conn, "insert_series", _insert_series)
+            # A chunk of rows at a time: a checkpoint that meets tens of thousands of new
+            # series would otherwise hold a row dict for each until the last is written.
+            for part in chunks(new):
+                rows = []
+                for h in part:
+                    key = missing[h]
+                    first, last = spans[key]
+                    rows.append({"key_hash": h, **key._asdict(), "first_seen_at": first,
+                                 "last_seen_at": last})
+                executemany(conn, insert, rows)
             found.update(_lookup(conn, new))
         for h, key in missing.items():
             if h not in found:
@@ -133,9 +136,9 @@ def resolve_series(
             ids[key] = found[h]
 
     # Sorted by id: concurrent writers then lock shared rows in one order and cannot deadlock.
-    params = sorted(
-        ({"b_id": ids[k], "b_first": f, "b_last": la} for k, (f, la) in spans.items()),
-        key=lambda p: p["b_id"],
-    )
-    executemany(conn, _WIDEN, params)
+    # The parameter rows are built a chunk at a time, in that order.
+    order = sorted((ids[k], k) for k in spans)
+    for part in chunks(order):
+        executemany(conn, _WIDEN, [{"b_id": sid, "b_first": spans[k][0], "b_last": spans[k][1]}
+                                   for sid, k in part])
     return ids

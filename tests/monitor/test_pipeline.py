@@ -389,3 +389,43 @@ def test_a_checkpoint_that_fails_slowly_does_not_pause_the_next() -> None:
     p.assign([0])  # what the daemon does once the store answers again
     p.process(0, 0, msg(ev("a", 1.0)))
     assert p.due()
+
+
+def test_a_checkpoint_hands_over_one_key_object_per_series_and_per_slice() -> None:
+    """What the pending deltas are keyed by is what the store writes: one SeriesKey per
+    series and one SliceKey per slice, shared by all their deltas (not a copy per delta),
+    and the next interval starts with keys of its own."""
+    from monitor.aggregate.series import SeriesKey
+    from monitor.config import PolicyConfig
+    from monitor.policy.slicer import Slicer
+    from monitor.policy.slices import SliceKey
+
+    store = MemoryStore()
+    committed: list[Checkpoint] = []
+    p = Pipeline(store, "test", IngestConfig(), IngestMetrics(CollectorRegistry()),
+                 CountingDeadLetter(), on_commit=[committed.append],
+                 slicer=Slicer(PolicyConfig()))
+    p.assign([0])
+    exp = {"experiment": {"name": "x", "arm": "b"}}
+    p.process(0, 0, msg(ev("a", 0.0) | exp, ev("b", 60.0) | exp, ev("c", 3600.0) | exp,
+                        ev("d", 3601.0, route="chat")))
+    assert p.checkpoint()
+    (cp,) = committed
+    series = [key for key, _minute in cp.rollups]
+    assert all(type(k) is SeriesKey for k in series)
+    by_route = {k.route: k for k in series}
+    assert sorted(by_route) == ["chat", "code"] and len(series) == 4
+    assert all(k is by_route[k.route] for k in series)
+    assert sorted(minute - int(T0) for _, minute in cp.rollups) == [0, 60, 3600, 3600]
+    slices = list(cp.slices)
+    assert len(slices) == 3
+    assert all(type(s) is SliceKey and k is by_route[k.route] for s, k, _ in slices)
+    assert len({id(s) for s, _, _ in slices}) == 1  # the four events share one slice
+    assert [(arm, k) for _, arm, k, _ in cp.experiments] == [("b", by_route["code"])] * 2
+    assert all(k is by_route["code"] for _, _, k, _ in cp.experiments)
+    assert store.totals()[0] == 4
+
+    p.process(0, 1, msg(ev("e", 3602.0)))
+    assert p.checkpoint()
+    (key, _), = committed[1].rollups
+    assert key == by_route["code"] and key is not by_route["code"]

@@ -227,3 +227,23 @@ def test_speculation_switched_on_or_off_compares_no_rate(k_old: int, k_new: int)
     assert change.kind == ("speculation_on" if k_old == 0 else "speculation_off")
     assert change.live["state"] == "not_compared"
     assert not drops(alerts)
+
+
+def test_change_records_share_the_setups_they_name() -> None:
+    """t1 -> t2, then t3 (its predecessor t1 again: the most established): both records
+    name t1 with one dict, never changed, and each current setup is its segment's one."""
+    from monitor.detect.lineage import described
+
+    rng = np.random.default_rng(3)
+    det, _ = run(requests(rng, T0, 600, p=0.75),
+                 requests(rng, T0 + 600, 600, p=0.75, target_revision="t2"),
+                 requests(rng, T0 + 1200, 600, p=0.75, target_revision="t3"))
+    first, second = sorted(det.drain_changes(), key=lambda c: c.at)
+    assert first.previous["target_revision"] == "t1" and first.previous["route"] == "chat"
+    assert first.current["target_revision"] == "t2" and first.current["route"] == "chat"
+    assert second.changed == {"target_revision": ["t1", "t3"]}
+    assert second.previous is first.previous
+    for change, revision in ((first, "t2"), (second, "t3")):
+        seg = comparison_of(det, target_revision=revision)
+        assert change.current is described(seg)
+        assert seg.setup == {k: v for k, v in change.current.items() if k != "route"}

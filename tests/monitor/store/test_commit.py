@@ -383,3 +383,25 @@ def test_a_snapshot_without_a_version_writes_nothing(store: Store) -> None:
         store.commit(cp)
     assert store.load_state("telemetry") == {}
     assert store.ratios(granularity="minute") == []
+
+
+def test_a_checkpoint_over_more_new_series_than_a_chunk_resolves_and_widens_each(
+    store: Store,
+) -> None:
+    """New series are inserted, and every series' seen-at range widened, a chunk of rows at
+    a time: each of them all the same, with an id of its own."""
+    from monitor.store.series_ids import CHUNK
+
+    n = 2 * CHUNK + 3
+    first = [event(f"a{i}", T0 + i % 60, f"route-{i}") for i in range(n)]
+    store.commit(checkpoint(first, next_offset=n))
+    later = [event(f"b{i}", T0 + 7200 + i % 60, f"route-{i}") for i in range(n)]
+    store.commit(checkpoint(later, next_offset=2 * n, expected=n))
+    with store.engine.connect() as conn:
+        rows = conn.execute(select(series_table.c.id, series_table.c.route,
+                                   series_table.c.first_seen_at,
+                                   series_table.c.last_seen_at)).all()
+    assert len(rows) == n and len({r.id for r in rows}) == n
+    assert {r.route for r in rows} == {f"route-{i}" for i in range(n)}
+    assert {(r.first_seen_at, r.last_seen_at) for r in rows} == {(at(T0), at(T0 + 7200))}
+    assert sum(r.requests for r in store.ratios(granularity="day")) == 2 * n
