@@ -49,10 +49,11 @@ _PYMALLOC = {
 }
 
 
-def pymalloc_mb() -> dict[str, float] | None:
-    """Where pymalloc's arenas go: live objects, free blocks in pools that hold objects, and
-    empty pools (an arena is returned only once all its pools are empty). None where
-    ``sys._debugmallocstats`` says nothing (another allocator)."""
+_SIZE_CLASS = re.compile(r"^\s*\d+\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s*$", re.M)
+
+
+def _mallocstats() -> str:
+    """What ``sys._debugmallocstats()`` prints (to the C-level stderr)."""
     with tempfile.TemporaryFile() as err:
         # it writes to the C-level stderr: swap the descriptor for a moment
         sys.stderr.flush()
@@ -64,7 +65,19 @@ def pymalloc_mb() -> dict[str, float] | None:
             os.dup2(saved, 2)
             os.close(saved)
         err.seek(0)
-        text = err.read().decode(errors="replace")
+        return err.read().decode(errors="replace")
+
+
+def size_classes() -> list[tuple[int, int, int]]:
+    """pymalloc's size classes as (block size, blocks in use, free blocks in used pools)."""
+    return [(int(m[1]), int(m[3]), int(m[4])) for m in _SIZE_CLASS.finditer(_mallocstats())]
+
+
+def pymalloc_mb() -> dict[str, float] | None:
+    """Where pymalloc's arenas go: live objects, free blocks in pools that hold objects, and
+    empty pools (an arena is returned only once all its pools are empty). None where
+    ``sys._debugmallocstats`` says nothing (another allocator)."""
+    text = _mallocstats()
     found = {name: rx.search(text) for name, rx in _PYMALLOC.items()}
     if not all(found.values()):
         return None
@@ -75,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("events", type=Path, help="a JSON-lines file of telemetry events")
     p.add_argument("--config", type=Path, default=None)
+    p.add_argument("--size-classes", type=int, default=0, metavar="N",
+                   help="then the N block sizes with the most free space in used pools")
     args = p.parse_args(argv)
 
     from monitor import heap
@@ -108,6 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     pools = pymalloc_mb()
     if pools is not None:
         print("pymalloc at the end: " + ", ".join(f"{v:.0f} MB {k}" for k, v in pools.items()))
+    if args.size_classes:
+        worst = sorted(size_classes(), key=lambda c: c[0] * c[2], reverse=True)
+        for size, used, free in worst[:args.size_classes]:
+            print(f"  {size:4d}-byte blocks: {used:>10,} in use, {free:>10,} free "
+                  f"({size * free / (1 << 20):.0f} MB)")
     return code
 
 

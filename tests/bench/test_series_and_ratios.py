@@ -1,5 +1,5 @@
-"""bench/series_replay.py, bench/replay_checkpoints.py, bench/ratios.py and
-bench/detection_batch.py on small sizes: they run and print their rows."""
+"""bench/series_replay.py, bench/replay_checkpoints.py, bench/segment_memory.py,
+bench/ratios.py and bench/detection_batch.py on small sizes: they run and print their rows."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def test_series_replay_prints_five_series_and_each_n_with_its_ratio(tmp_path: Pa
     assert sum(1 for _ in (tmp_path / "n300.jsonl").open()) == 3000
     out = subprocess.run(
         [sys.executable, "bench/replay_checkpoints.py", str(tmp_path / "n300.jsonl"),
-         "--config", str(tmp_path / "config.yaml")],
+         "--config", str(tmp_path / "config.yaml"), "--size-classes", "3"],
         cwd=REPO, capture_output=True, text=True, check=True, timeout=300, env=ENV,
     ).stdout
     commits = re.findall(r"^commit (\d+): ([\d.]+) CPU s; ([\d,]+) rollup deltas, ([\d,]+) "
@@ -48,6 +48,25 @@ def test_series_replay_prints_five_series_and_each_n_with_its_ratio(tmp_path: Pa
     # the three parts are the arenas (each rounded on its own)
     assert abs(sum(int(pools[i]) for i in (2, 3, 4)) - int(pools[1])) <= 2
     assert int(pools[2]) > 0
+    classes = re.findall(r"^  +(\d+)-byte blocks: +([\d,]+) in use, +([\d,]+) free \((\d+) MB\)$",
+                         out, re.M)
+    assert len(classes) == 3 and all(int(c[0]) % 16 == 0 for c in classes), out
+    assert all(int(c[1].replace(",", "")) > 0 for c in classes)
+    # the most free space first
+    free = [int(c[0]) * int(c[2].replace(",", "")) for c in classes]
+    assert free == sorted(free, reverse=True)
+    out = subprocess.run(
+        [sys.executable, "bench/segment_memory.py", str(tmp_path / "n300.jsonl"),
+         "--config", str(tmp_path / "config.yaml"), "--sample", "50"],
+        cwd=REPO, capture_output=True, text=True, check=True, timeout=300, env=ENV,
+    ).stdout
+    assert re.search(r"^300 segments, 5 routes; per segment, over 50:$", out, re.M), out
+    parts = dict(re.findall(r"^  (\w[\w ]*?) +(\d+) B", out, re.M))
+    assert {"labels", "acceptance", "breakeven", "throughput", "segment",
+            "series ids", "total"} <= parts.keys(), out
+    assert int(parts["acceptance"]) > 300 and int(parts["labels"]) > 0
+    assert int(parts["total"]) > sum(int(v) for k, v in parts.items()
+                                     if k in ("labels", "acceptance", "breakeven"))
 
 
 def test_ratios_reads_a_routes_hours_by_the_primary_key() -> None:
