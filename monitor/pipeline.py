@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from array import array
 from collections.abc import Callable, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
 from operator import attrgetter, itemgetter
@@ -19,7 +20,8 @@ from typing import Any, Protocol
 import orjson
 
 from monitor import heap
-from monitor.aggregate.bucket import BucketStats
+from monitor.aggregate.bucket import COUNTERS, FLOATS, SKETCHES, BucketStats, bucket_values
+from monitor.aggregate.columns import ColumnSums, as_stats
 from monitor.aggregate.series import SeriesKey
 from monitor.alert_record import AlertRecord
 from monitor.change_record import ChangeRecord
@@ -29,7 +31,14 @@ from monitor.dedup import SeenIds
 from monitor.eventtime import FutureRule, Parsed, WallClock
 from monitor.metrics import IngestMetrics
 from monitor.policy.slicer import Slicer
-from monitor.policy.slices import SliceKey, SliceStats
+from monitor.policy.slices import (
+    SLICE_COUNTERS,
+    SLICE_FLOATS,
+    SliceKey,
+    SliceStats,
+    slice_positions,
+    slice_values,
+)
 from monitor.store.checkpoint import Checkpoint, PartitionCommit, PartitionState
 from monitor.store.exceptions import FencedError
 from monitor.telemetry.event import Event, Rejection
@@ -112,8 +121,17 @@ class PartitionTracker:
     expected_offset: int | None
     max_ts: float
     seen: SeenIds
-    new_ids: list[tuple[float, str]] = field(default_factory=list)
+    # The ids counted since the last checkpoint and their event times, in counting order.
+    # Times in an array: a pair and a float object per event, alive until the checkpoint,
+    # would pin memory the allocator could otherwise hand back (monitor/aggregate/columns.py).
+    new_rids: list[str] = field(default_factory=list)
+    new_ts: array = field(default_factory=lambda: array("d"))
     dirty: bool = False
+
+    @property
+    def new_ids(self) -> list[tuple[float, str]]:
+        """(event time, id) of each id counted since the last checkpoint, in order."""
+        return list(zip(self.new_ts, self.new_rids, strict=True))
 
     @classmethod
     def from_state(cls, state: PartitionState, horizon: float) -> PartitionTracker:
@@ -193,17 +211,18 @@ class Pipeline:
         self.summary = IngestSummary()
         self._clock = clock
         self._partitions: dict[int, PartitionTracker] = {}
-        # (series, minute bucket start) -> statistics since the last checkpoint
-        self._pending: dict[tuple[SeriesKey, int], BucketStats] = {}
+        # The deltas since the last checkpoint, in columns (monitor/aggregate/columns.py),
+        # built into statistics objects only for the checkpoint that writes them:
+        # (series, minute bucket start) -> BucketStats
+        self._pending = _bucket_sums()
         # (experiment, arm, series, hour bucket start) -> the same, per A/B arm
-        self._pending_experiments: dict[tuple[str, str, SeriesKey, int], BucketStats] = {}
-        # (slice, series, hour bucket start) -> what a policy learns from
-        self._pending_slices: dict[tuple[SliceKey, SeriesKey, int], SliceStats] = {}
-        # One key object per series and per slice since the last checkpoint, shared by all
-        # of its deltas: the pending keys are what the checkpoint writes, so it builds none
-        # (at ten thousand series, a key per delta was tens of MB held through the commit).
+        self._pending_experiments = _bucket_sums()
+        # (slice, series, hour bucket start) -> SliceStats: what a policy learns from
+        self._pending_slices = _slice_sums()
+        # One key object per series since the last checkpoint, shared by all of its deltas
+        # (and one per slice: _slice_sums): the pending keys are what the checkpoint writes,
+        # so it builds none (at ten thousand series, a key per delta was tens of MB).
         self._series: dict[tuple[Any, ...], SeriesKey] = {}
-        self._slice_keys: dict[tuple[str, str, str, str], SliceKey] = {}
         self.slicer = slicer
         # Where an event reports no GPU time it is estimated as its share of the replica's
         # GPUs for its duration (config ``cost.gpus_per_replica``).
@@ -291,11 +310,10 @@ class Pipeline:
         """Forget everything not yet checkpointed (after being fenced out, or lost partitions)."""
         self._partitions.clear()
         self.drop_held()
-        self._pending.clear()
-        self._pending_experiments.clear()
-        self._pending_slices.clear()
+        self._pending = _bucket_sums()
+        self._pending_experiments = _bucket_sums()
+        self._pending_slices = _slice_sums()
         self._series.clear()
-        self._slice_keys.clear()
         self._pending_events = 0
         self._applied_baselines.clear()
         if self.guard is not None:
@@ -389,8 +407,7 @@ class Pipeline:
     ) -> tuple[int, list[tuple[int, int, list[Rejection]]]]:
         """Count the events of consecutive messages (one list each); returns how many
         counted, and the late and future rejections as (message index, kind, rejections)."""
-        seen, new_ids = tracker.seen, tracker.new_ids
-        pending = self._pending
+        seen = tracker.seen
         observer = self.observer
         lateness = self._lateness
         horizon = self._horizon
@@ -410,7 +427,8 @@ class Pipeline:
             return 0, refused
         known = seen.among(ids)  # C-level: no frame per event
         fresh: set[str] = set()  # ids first seen here: added to ``seen`` below
-        first_new = len(new_ids)
+        fresh_rids: list[str] = []
+        fresh_ts: list[float] = []
         duplicates = 0
         for m, events in enumerate(batches):
             if not events:
@@ -457,7 +475,8 @@ class Pipeline:
                 if ts > max_ts:
                     max_ts = ts
                 fresh.add(rid)
-                new_ids.append((ts, rid))
+                fresh_rids.append(rid)
+                fresh_ts.append(ts)
                 counted_events.append(e)
             if late:
                 refused.append((m, _LATE, late))
@@ -468,7 +487,9 @@ class Pipeline:
             self.summary.duplicates += duplicates
             self.metrics.duplicate_events.inc(duplicates)
         if fresh:
-            seen.add_many(new_ids[first_new:])
+            seen.add_many(zip(fresh_ts, fresh_rids, strict=True))
+            tracker.new_rids += fresh_rids
+            tracker.new_ts.extend(fresh_ts)
             if seen.slices > self._max_slices:
                 # A backlog crosses hours of event time between two checkpoints, and every
                 # lookup above walks every slice: forget what a reload from the store would
@@ -480,6 +501,7 @@ class Pipeline:
             counted_events = self.guard.admit(counted_events)
         gpus = self._gpus_per_replica
         slicer, slices = self.slicer, self._pending_slices
+        add, add_slice = self._pending.add, slices.add
         series_keys = self._series
         for e in counted_events:
             if e.gpu_seconds is None:
@@ -496,21 +518,15 @@ class Pipeline:
             series = series_keys.get(fields)
             if series is None:
                 series = series_keys[fields] = SeriesKey._make(heap.interned(fields))
-            bucket_key = (series, int(e.ts // 60) * 60)
-            bucket = pending.get(bucket_key)
-            if bucket is None:
-                bucket = pending[bucket_key] = BucketStats()
-            bucket.update(e)
+            values = bucket_values(e)
+            add((series, int(e.ts // 60) * 60), values,
+                e.accepted_per_position if e.has_spec else None)
             if e.experiment_name is not None:
-                self._count_experiment(e, series)
+                self._count_experiment(e, series, values)
             # A shadow twin ran on another upstream: its timing says nothing of this one's.
             if slicer is not None and not (e.tags and e.is_shadow):
-                skey = (slicer.key(e), series, int(e.ts // 3600) * 3600)
-                sstats = slices.get(skey)
-                if sstats is None:
-                    skey = (self._slice_key(skey[0]), series, skey[2])
-                    sstats = slices[skey] = SliceStats()
-                sstats.update(e)
+                add_slice((slicer.key(e), series, int(e.ts // 3600) * 3600), slice_values(e),
+                          slice_positions(e))
         counted = len(counted_events)
         if late_counted:
             self.summary.late_counted += len(late_counted)
@@ -568,20 +584,11 @@ class Pipeline:
         from the stored offsets, and observing it now would judge it twice)."""
         self._held = []
 
-    def _slice_key(self, fields: tuple[str, str, str, str]) -> SliceKey:
-        key = self._slice_keys.get(fields)
-        if key is None:
-            key = self._slice_keys[fields] = SliceKey._make(fields)
-        return key
-
-    def _count_experiment(self, e: Event, series: SeriesKey) -> None:
+    def _count_experiment(self, e: Event, series: SeriesKey, values: tuple[Any, ...]) -> None:
         assert e.experiment_name is not None
         key = (e.experiment_name, e.experiment_arm or "", series, int(e.ts // 3600) * 3600)
-        pending = self._pending_experiments
-        bucket = pending.get(key)
-        if bucket is None:
-            bucket = pending[key] = BucketStats()
-        bucket.update(e)
+        self._pending_experiments.add(key, values,
+                                      e.accepted_per_position if e.has_spec else None)
 
     def _origin(self, partition: int, offset: int, key: bytes | None) -> dict[str, Any]:
         origin: dict[str, Any] = {"source": self.source, "partition": partition, "offset": offset}
@@ -658,17 +665,27 @@ class Pipeline:
                     next_offset=t.next_offset,
                     expected_offset=t.expected_offset,
                     max_event_ts=t.max_ts if t.max_ts != NEG_INF else None,
-                    new_ids=[(rid, ts) for ts, rid in t.new_ids],
+                    new_ids=list(zip(t.new_rids, t.new_ts, strict=True)),
                     prune_before=t.max_ts - self._horizon if t.max_ts != NEG_INF else None,
                 )
             )
         state = observer.snapshot() if observer is not None else {}
-        # The pending deltas as they are: their keys already share one object per series.
-        rollups = self._pending
+        # Built from the columns here, dropped after the commit: their keys already share
+        # one object per series.
+        rollups = as_stats(self._pending, BucketStats.from_sums)
         cp = Checkpoint(self.source, rollups=rollups, partitions=commits, state=state,
                         alerts=alerts, applied_baselines=list(self._applied_baselines),
-                        changes=changes, experiments=self._pending_experiments,
-                        slices=self._pending_slices)
+                        changes=changes,
+                        experiments=as_stats(self._pending_experiments, BucketStats.from_sums),
+                        slices=as_stats(self._pending_slices, SliceStats.from_sums))
+        # The columns go now, before the commit's own peak: a failed commit drops them
+        # anyway (below), and a committed one starts afresh. Their large buffers go back to
+        # the system at once, or the commit's peak would stack on them.
+        self._pending = _bucket_sums()
+        self._pending_experiments = _bucket_sums()
+        self._pending_slices = _slice_sums()
+        if len(rollups) + len(cp.slices) >= heap.TRIM_AFTER_ROWS:
+            heap.release()
         if notified:
             state.update(notified.state)
             cp.outbox, cp.episodes = notified.outbox, notified.episodes
@@ -689,14 +706,11 @@ class Pipeline:
         self.metrics.checkpoints.inc()
         for t in dirty.values():
             t.expected_offset = t.next_offset
-            t.new_ids = []
+            t.new_rids = []
+            t.new_ts = array("d")
             t.dirty = False
             t.seen.prune(t.max_ts)
-        self._pending = {}
-        self._pending_experiments = {}
-        self._pending_slices = {}
         self._series = {}
-        self._slice_keys = {}
         self._pending_events = 0
         self._applied_baselines.clear()
         if self.guard is not None:
@@ -717,6 +731,26 @@ class Pipeline:
         if written >= heap.TRIM_AFTER_ROWS:
             heap.release()  # the checkpoint's peak, freed just now, back to the system
         return True
+
+
+def _bucket_sums() -> ColumnSums:
+    return ColumnSums(len(COUNTERS), len(FLOATS), len(SKETCHES))
+
+
+def _slice_sums() -> ColumnSums:
+    """Slice deltas whose keys share one SliceKey per slice (a closure, not a method: a
+    pipeline holding its own bound method would be a cycle the frozen collector never
+    frees)."""
+    shared: dict[tuple[str, str, str, str], SliceKey] = {}
+
+    def intern(key: tuple[Any, SeriesKey, int]) -> tuple[SliceKey, SeriesKey, int]:
+        fields, series, hour = key
+        skey = shared.get(fields)
+        if skey is None:
+            skey = shared[fields] = SliceKey._make(fields)
+        return skey, series, hour
+
+    return ColumnSums(len(SLICE_COUNTERS), len(SLICE_FLOATS), intern=intern)
 
 
 def _believable(state: PartitionState, source: str, partition: int, skew: float) -> PartitionState:

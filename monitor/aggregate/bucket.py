@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import math
 from array import array
-from operator import add, attrgetter, itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
 
 from monitor.aggregate.outcome import OutcomeRates, cost_per_success
-from monitor.aggregate.rows import RowAdder
+from monitor.aggregate.rows import RowAdder, add_lists
 from monitor.aggregate.sketch import LogHistogram
 from monitor.telemetry.event import Event
 
@@ -67,6 +67,66 @@ def buffered_columns(values: array) -> list[list[float]]:
         column = rows[:, j]
         out.append(column[~np.isnan(column)].tolist())
     return out
+
+
+_N_COUNTERS = len(COUNTERS)
+_N_FLOATS = len(FLOATS)
+
+
+def bucket_values(e: Event) -> tuple[Any, ...]:
+    """What one request adds to its bucket: a value per name of COUNTERS, then of FLOATS,
+    then its latencies in SKETCHES' order (NaN: not reported). Its per-position counts
+    (``e.accepted_per_position`` when ``e.has_spec``) are added apart.
+
+    A request with speculation on that drafted nothing adds to ``spec_requests`` only: it
+    has no acceptance rate and never counts as zero acceptance. An absent outcome means
+    unknown: it adds to no ``_reported`` count, and success falls back to the status.
+    """
+    status_ok = e.status == "ok"
+    if e.has_spec:
+        spec = 1
+        drafted = e.drafted_tokens or 0
+        if drafted:
+            drafting, accepted = 1, e.accepted_tokens
+        else:
+            drafting = accepted = 0
+        steps = e.verify_steps or 0
+    else:
+        spec = drafting = drafted = accepted = steps = 0
+    batch = e.batch_size
+    ok = e.outcome_ok
+    if ok is None:
+        success, ok_reported, ok_true = status_ok, 0, 0
+    else:
+        success, ok_reported, ok_true = ok, 1, ok
+    valid = e.outcome_schema_valid
+    schema_reported, schema_true = (0, 0) if valid is None else (1, valid)
+    valid = e.outcome_tool_calls_valid
+    tools_reported, tools_true = (0, 0) if valid is None else (1, valid)
+    gpu = e.gpu_seconds
+    if gpu is None:
+        gpu_reported, gpu, gpu_sq, success_gpu = 0, 0.0, 0.0, 0.0
+    else:
+        gpu_reported = 0 if e.gpu_estimated else 1
+        gpu_sq = gpu * gpu
+        success_gpu = gpu if success else 0.0
+    e2e = e.e2e_ms
+    ttft = e.ttft_ms
+    if ttft is None:
+        ttft = tps = _ABSENT
+    else:
+        tps = e.output_tokens * 1000.0 / (e2e - ttft) if e2e > ttft else _ABSENT
+    itl50 = e.itl_p50_ms
+    itl99 = e.itl_p99_ms
+    prompt = e.prompt_tokens
+    return (
+        1, 0 if status_ok else 1, spec, drafting, 1 if e.draft_evicted else 0, drafted,
+        accepted, steps, e.output_tokens, 0 if prompt is None else prompt,
+        0 if batch is None else batch, 0 if batch is None else 1, success, ok_reported,
+        ok_true, schema_reported, schema_true, tools_reported, tools_true, gpu_reported,
+        gpu, gpu_sq, success_gpu,
+        ttft, e2e, tps, _ABSENT if itl50 is None else itl50, _ABSENT if itl99 is None else itl99,
+    )
 
 
 # Adds rows of this class without building it (the store's checkpoint path).
@@ -195,77 +255,35 @@ class BucketStats(OutcomeRates):
         return self._flush()[4]
 
     def update(self, e: Event) -> None:
-        self.requests += 1
-        status_ok = e.status == "ok"
-        if not status_ok:
-            self.errors += 1
-        if e.has_spec:
-            self.spec_requests += 1
-            drafted = e.drafted_tokens
-            if drafted:
-                self.drafting_requests += 1
-                self.drafted_tokens += drafted
-                self.accepted_tokens += e.accepted_tokens
-            if e.verify_steps is not None:
-                self.verify_steps += e.verify_steps
-            app = e.accepted_per_position
-            if app is not None:
-                pp = self.per_position
-                if len(pp) == len(app):
-                    self.per_position = list(map(add, pp, app))
-                else:
-                    if len(pp) < len(app):
-                        pp.extend([0] * (len(app) - len(pp)))
-                    for i, n in enumerate(app):
-                        pp[i] += n
-        if e.draft_evicted:
-            self.evicted_requests += 1
-        self.output_tokens += e.output_tokens
-        if e.prompt_tokens is not None:
-            self.prompt_tokens += e.prompt_tokens
-        if e.batch_size is not None:
-            self.batch_size_sum += e.batch_size
-            self.batch_size_count += 1
-        # Event.success inlined: this is the hot path.
-        ok = e.outcome_ok
-        if ok is None:
-            success = status_ok
-        else:
-            success = ok
-            self.outcome_ok_reported += 1
-            if ok:
-                self.outcome_ok_true += 1
-        if success:
-            self.successes += 1
-        valid = e.outcome_schema_valid
-        if valid is not None:
-            self.schema_valid_reported += 1
-            if valid:
-                self.schema_valid_true += 1
-        valid = e.outcome_tool_calls_valid
-        if valid is not None:
-            self.tool_calls_valid_reported += 1
-            if valid:
-                self.tool_calls_valid_true += 1
-        gpu = e.gpu_seconds
-        if gpu is not None:
-            self.gpu_seconds += gpu
-            self.gpu_seconds_sq += gpu * gpu
-            if success:
-                self.success_gpu_seconds += gpu
-            if not e.gpu_estimated:
-                self.gpu_reported_requests += 1
-        # in SKETCHES' order; NaN: not reported (the parser admits finite numbers only)
-        e2e = e.e2e_ms
-        ttft = e.ttft_ms
-        if ttft is None:
-            ttft = tps = _ABSENT
-        else:
-            tps = e.output_tokens * 1000.0 / (e2e - ttft) if e2e > ttft else _ABSENT
-        itl50 = e.itl_p50_ms
-        itl99 = e.itl_p99_ms
-        self._values.extend((ttft, e2e, tps, _ABSENT if itl50 is None else itl50,
-                             _ABSENT if itl99 is None else itl99))
+        """Add one request (as the pipeline's :func:`bucket_values` row)."""
+        values = bucket_values(e)
+        for name, v in zip(COUNTERS, values, strict=False):
+            setattr(self, name, getattr(self, name) + v)
+        for name, v in zip(FLOATS, values[_N_COUNTERS:], strict=False):
+            setattr(self, name, getattr(self, name) + v)
+        app = e.accepted_per_position if e.has_spec else None
+        if app:
+            self.per_position = add_lists(self.per_position, app)
+        self._values.extend(values[_N_COUNTERS + _N_FLOATS:])
+
+    @classmethod
+    def from_sums(cls, counters: list[int], floats: list[float], per_position: list[int],
+                  values: array) -> BucketStats:
+        """From :class:`~monitor.aggregate.columns.ColumnSums` of :func:`bucket_values`
+        rows: the counters, the sums, per-position counts and the buffered latencies."""
+        b = cls.__new__(cls)
+        # Spelled out: one checkpoint builds one per series and minute, by the ten thousand
+        # (tests/monitor/aggregate/test_columns.py checks the order against COUNTERS).
+        (b.requests, b.errors, b.spec_requests, b.drafting_requests, b.evicted_requests,
+         b.drafted_tokens, b.accepted_tokens, b.verify_steps, b.output_tokens, b.prompt_tokens,
+         b.batch_size_sum, b.batch_size_count, b.successes, b.outcome_ok_reported,
+         b.outcome_ok_true, b.schema_valid_reported, b.schema_valid_true,
+         b.tool_calls_valid_reported, b.tool_calls_valid_true, b.gpu_reported_requests) = counters
+        b.gpu_seconds, b.gpu_seconds_sq, b.success_gpu_seconds = floats
+        b.per_position = per_position
+        b._sketches = None
+        b._values = values
+        return b
 
     def merge(self, other: BucketStats) -> None:
         for name in COUNTERS:

@@ -18,10 +18,12 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, NamedTuple
 
+from monitor.aggregate.rows import add_lists
 from monitor.aggregate.series import SeriesKey
 from monitor.telemetry.event import Event
 
-__all__ = ["SLICE_COUNTERS", "SLICE_FLOATS", "SliceKey", "SliceRecord", "SliceStats"]
+__all__ = ["SLICE_COUNTERS", "SLICE_FLOATS", "SliceKey", "SliceRecord", "SliceStats",
+           "slice_positions", "slice_values"]
 
 SLICE_COUNTERS = (
     "requests",
@@ -44,6 +46,43 @@ SLICE_FLOATS = (
     "plain_token_ms",
     "plain_token_ms_sq",
 )
+
+
+def slice_values(e: Event) -> tuple[Any, ...]:
+    """What one request adds to its slice: a value per name of SLICE_COUNTERS, then of
+    SLICE_FLOATS (its per-position counts: :func:`slice_positions`).
+
+    Verification steps are never inferred as drafted / k: n-gram and early-exit drafters
+    propose fewer than k tokens on many steps, and the guess would inflate every prediction.
+    Only an ok request with a first token and a positive decode time is timed.
+    """
+    drafted = e.drafted_tokens
+    out = e.output_tokens
+    if e.has_spec and drafted:
+        drafting, accepted, steps = 1, e.accepted_tokens, e.verify_steps or 0
+    else:
+        drafting = drafted = accepted = steps = 0
+    ttft = e.ttft_ms
+    if ttft is None or e.status != "ok" or e.e2e_ms - ttft <= 0:
+        return (1, drafting, drafted, accepted, steps, out, 0, 0, 0, 0,
+                0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    e2e = e.e2e_ms
+    decode = e2e - ttft
+    if steps:
+        per = decode / steps
+        return (1, drafting, drafted, accepted, steps, out, 1, out, 1, 0,
+                decode, e2e, ttft, per, per * per, 0.0, 0.0)
+    if not e.has_spec and out > 0:
+        per = decode / out
+        return (1, drafting, drafted, accepted, steps, out, 1, out, 0, 1,
+                decode, e2e, ttft, 0.0, 0.0, per, per * per)
+    return (1, drafting, drafted, accepted, steps, out, 1, out, 0, 0,
+            decode, e2e, ttft, 0.0, 0.0, 0.0, 0.0)
+
+
+def slice_positions(e: Event) -> tuple[int, ...] | None:
+    """The per-position counts a request adds to its slice (only one that drafted)."""
+    return e.accepted_per_position if e.has_spec and e.drafted_tokens else None
 
 
 class SliceKey(NamedTuple):
@@ -96,46 +135,27 @@ class SliceStats:
         self.per_position: list[int] = []
 
     def update(self, e: Event) -> None:
-        self.requests += 1
-        drafted = e.drafted_tokens
-        steps = 0
-        if e.has_spec and drafted:
-            self.drafting_requests += 1
-            self.drafted_tokens += drafted
-            self.accepted_tokens += e.accepted_tokens
-            # Never inferred as drafted / k: n-gram and early-exit drafters propose fewer
-            # than k tokens on many steps, and the guess would inflate every prediction.
-            steps = e.verify_steps or 0
-            self.verify_steps += steps
-            app = e.accepted_per_position
-            if app is not None:
-                pp = self.per_position
-                if len(pp) < len(app):
-                    pp.extend([0] * (len(app) - len(pp)))
-                for i, n in enumerate(app):
-                    pp[i] += n
-        self.output_tokens += e.output_tokens
-        ttft = e.ttft_ms
-        if ttft is None or e.status != "ok":
-            return
-        decode = e.e2e_ms - ttft
-        if decode <= 0:
-            return
-        self.timed_requests += 1
-        self.timed_output_tokens += e.output_tokens
-        self.decode_ms += decode
-        self.e2e_ms += e.e2e_ms
-        self.ttft_ms += ttft
-        if steps:
-            per = decode / steps
-            self.spec_timed += 1
-            self.spec_step_ms += per
-            self.spec_step_ms_sq += per * per
-        elif not e.has_spec and e.output_tokens > 0:
-            per = decode / e.output_tokens
-            self.plain_timed += 1
-            self.plain_token_ms += per
-            self.plain_token_ms_sq += per * per
+        """Add one request (as the pipeline's :func:`slice_values` row)."""
+        values = slice_values(e)
+        for name, v in zip(_NAMES, values, strict=True):
+            setattr(self, name, getattr(self, name) + v)
+        app = slice_positions(e)
+        if app:
+            self.per_position = add_lists(self.per_position, app)
+
+    @classmethod
+    def from_sums(cls, counters: list[int], floats: list[float], per_position: list[int],
+                  _kept: Any = None) -> SliceStats:
+        """From :class:`~monitor.aggregate.columns.ColumnSums` of :func:`slice_values` rows."""
+        s = cls.__new__(cls)
+        # Spelled out, as in __init__: one per slice, series and hour at every checkpoint.
+        (s.requests, s.drafting_requests, s.drafted_tokens, s.accepted_tokens, s.verify_steps,
+         s.output_tokens, s.timed_requests, s.timed_output_tokens, s.spec_timed,
+         s.plain_timed) = counters
+        (s.decode_ms, s.e2e_ms, s.ttft_ms, s.spec_step_ms, s.spec_step_ms_sq, s.plain_token_ms,
+         s.plain_token_ms_sq) = floats
+        s.per_position = per_position
+        return s
 
     def merge(self, other: SliceStats) -> None:
         for name in SLICE_COUNTERS:

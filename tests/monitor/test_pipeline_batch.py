@@ -16,6 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
+from monitor.aggregate.bucket import BucketStats
+from monitor.aggregate.columns import as_stats
 from monitor.config import IngestConfig
 from monitor.eventtime import PlausibleTime, WallClock
 from monitor.metrics import IngestMetrics
@@ -99,7 +101,7 @@ def _run(messages: list[bytes], groups: list[int] | None, rule: str) -> dict[str
                            [b"k%d" % o for o in offsets[part]])
             at += size
     tracker = p.tracker(0)
-    rollups = {k: v.to_row() for k, v in p._pending.items()}
+    rollups = {k: v.to_row() for k, v in as_stats(p._pending, BucketStats.from_sums).items()}
     progress = (tracker.next_offset, tracker.max_ts, list(tracker.new_ids),
                 sorted(rid for ids in tracker.seen._by_slice.values() for rid in ids))
     p.checkpoint()
