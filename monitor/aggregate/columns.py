@@ -6,9 +6,9 @@ per delta (counters, sums, a list, a buffer of latencies), a delta costs some fi
 allocations, by the ten thousand at many series. They all die at the checkpoint, but
 detector state allocated meanwhile sits in the same memory pools, which the allocator can
 then never hand back: resident memory ended 2.5 times above the live heap at 10,000 series
-(docs/benchmarks.md, issue 18). Here an event is a row of doubles appended to one log, and
-every :data:`FOLD_EVERY` events the log is summed into per-key accumulators (numpy arrays):
-a few large buffers, dropped whole at the checkpoint, and the sums made in C.
+(docs/benchmarks.md, issue 18). Here an event is a row of doubles packed into one buffer,
+and every :data:`FOLD_EVERY` events the buffer is summed into per-key accumulators (numpy
+arrays): a few large buffers, dropped whole at the checkpoint, and the sums made in C.
 
 Sums are the same to the bit as adding the rows one at a time in arrival order: integer
 columns are exact in doubles (the parser caps each count at 10**9, so a fold's sums stay
@@ -30,6 +30,8 @@ __all__ = ["FOLD_EVERY", "ColumnSums", "as_stats"]
 # Events per fold: the log stays a few hundred kB, and a fold's fixed cost (a sort, a few
 # numpy calls) is spread over enough events to be a small share of theirs.
 FOLD_EVERY = 4096
+_PAIR = Struct("2q").pack
+_INTS: dict[int, Any] = {}  # n -> the packer of n int64 (per-position counts)
 _BLOCK = 1024  # keys whose sums :meth:`ColumnSums.sums` turns into Python lists at once
 
 
@@ -51,7 +53,7 @@ class ColumnSums:
 
     __slots__ = ("_floats", "_fold_every", "_intern", "_ints", "_kept", "_kept_rows", "_keys",
                  "_log", "_n", "_n_floats", "_n_ints", "_n_kept", "_pack_into", "_pp", "_pp_acc",
-                 "_pp_len", "_pp_lengths", "_pp_rows", "_rows", "_stride", "_width")
+                 "_pp_len", "_pp_meta", "_rows", "_stride", "_width")
 
     def __init__(self, n_ints: int, n_floats: int, n_kept: int = 0,
                  fold_every: int = FOLD_EVERY,
@@ -69,13 +71,12 @@ class ColumnSums:
         self._rows: dict[Hashable, int] = {}
         self._keys: list[Hashable] = []
         # Not yet folded: ``_n`` rows of doubles in ``_log`` (grown up to ``fold_every``
-        # rows, then reused), and the row, length and counts of each event that carries
-        # per-position counts (lists: they take ints as they are).
+        # rows, then reused), and the (row, length) and the counts of each event that
+        # carries per-position counts, packed as int64.
         self._log = bytearray()
         self._n = 0
-        self._pp_rows: list[int] = []
-        self._pp_lengths: list[int] = []
-        self._pp: list[int] = []
+        self._pp_meta = bytearray()
+        self._pp = bytearray()
         # Folded: one accumulator row per key (capacity grows by doubling).
         self._ints = np.zeros((0, n_ints), dtype=np.int64)
         self._floats = np.zeros((n_floats, 0))  # a contiguous column per float value
@@ -89,10 +90,6 @@ class ColumnSums:
 
     def __contains__(self, key: Hashable) -> bool:
         return key in self._rows
-
-    def keys(self) -> list[Hashable]:
-        """The keys, in the order first added."""
-        return list(self._keys)
 
     def add(self, key: Hashable, values: Sequence[float],
             positions: Sequence[int] | None = None) -> None:
@@ -110,9 +107,12 @@ class ColumnSums:
         self._pack_into(self._log, n * self._stride, row, *values)
         self._n = n + 1
         if positions:
-            self._pp_rows.append(row)
-            self._pp_lengths.append(len(positions))
-            self._pp.extend(positions)
+            n = len(positions)
+            self._pp_meta += _PAIR(row, n)
+            pack = _INTS.get(n)
+            if pack is None:
+                pack = _INTS[n] = Struct(f"{n}q").pack
+            self._pp += pack(*positions)
 
     def _make_room(self) -> int:
         """Room for one more row in the log: a fold when it holds ``fold_every`` rows, else
@@ -197,14 +197,14 @@ class ColumnSums:
         if self._n_kept:
             self._kept.append(block[:, self._width - self._n_kept:].copy())
             self._kept_rows.append(rows)
-        if self._pp_rows:
+        if self._pp_meta:
             self._fold_positions()
         self._n = 0
 
     def _fold_positions(self) -> None:
-        rows = np.array(self._pp_rows, dtype=np.intp)
-        lengths = np.array(self._pp_lengths, dtype=np.intp)
-        counts = np.array(self._pp, dtype=np.int64)
+        meta = np.frombuffer(self._pp_meta, dtype=np.int64).reshape(-1, 2)
+        rows, lengths = meta[:, 0], meta[:, 1]
+        counts = np.frombuffer(self._pp, dtype=np.int64)
         longest = int(lengths.max())
         if longest > self._pp_acc.shape[1]:
             self._widen(longest)
@@ -214,7 +214,8 @@ class ColumnSums:
         positions = np.arange(len(counts)) - np.repeat(firsts, lengths)
         np.add.at(self._pp_acc.reshape(-1), np.repeat(rows, lengths) * width + positions, counts)
         np.maximum.at(self._pp_len, rows, lengths)
-        self._pp_rows, self._pp_lengths, self._pp = [], [], []
+        del meta, rows, lengths, counts  # views of the buffers replaced below
+        self._pp_meta, self._pp = bytearray(), bytearray()
 
 
 def as_stats(sums: ColumnSums, build: Any) -> dict[Hashable, Any]:
