@@ -94,7 +94,8 @@ class EventGuard(Protocol):
     crash, so it may only depend on what is committed plus what it admitted since.
     """
 
-    def admit(self, events: list[Event]) -> list[Event]: ...
+    def admit_keyed(self, events: list[Event], keys: list[tuple[Any, ...]]
+                    ) -> tuple[list[Event], list[tuple[Any, ...]]]: ...
     def committed(self) -> None: ...  # what was admitted since the last call is now stored
     def drop_all(self) -> None: ...  # forget what was admitted since the last commit
     def load(self) -> None: ...  # read the committed series now (on assignment)
@@ -495,26 +496,26 @@ class Pipeline:
                 # lookup above walks every slice: forget what a reload from the store would
                 # not hold either (the checkpoint prunes the same way).
                 seen.prune(max_ts)
-        if counted_events and self.guard is not None:
+        # Each event's series fields (series_fields(), inline), built once for the guard and
+        # the sums below. A plain tuple finds the series' key (equal to it): cheaper than a
+        # SeriesKey.
+        keys = [(e.route, e.target_model, e.target_revision, e.target_tokenizer,
+                 e.draft_model or "", e.draft_revision or "", e.draft_tokenizer or "",
+                 e.method or "", e.num_speculative_tokens) for e in counted_events]
+        if keys and self.guard is not None:
             # Only events that count may take a series slot: a duplicate or late event of a
             # new pair would hold one it never stores, and push a route into overflow.
-            counted_events = self.guard.admit(counted_events)
+            counted_events, keys = self.guard.admit_keyed(counted_events, keys)
         gpus = self._gpus_per_replica
         slicer, slices = self.slicer, self._pending_slices
         add, add_slice = self._pending.add, slices.add
         series_keys = self._series
-        for e in counted_events:
+        for e, fields in zip(counted_events, keys, strict=True):
             if e.gpu_seconds is None:
                 # Before aggregation and observation: the rollups, the experiment rollups
                 # and the detectors all see the same GPU time.
                 e.gpu_seconds = e.e2e_ms / 1000 * gpus / (e.batch_size or 1)
                 e.gpu_estimated = True
-            # A plain tuple finds the series' key (equal to it): cheaper than a SeriesKey.
-            fields = (
-                e.route, e.target_model, e.target_revision, e.target_tokenizer,
-                e.draft_model or "", e.draft_revision or "", e.draft_tokenizer or "",
-                e.method or "", e.num_speculative_tokens,
-            )
             series = series_keys.get(fields)
             if series is None:
                 series = series_keys[fields] = SeriesKey._make(heap.interned(fields))

@@ -11,15 +11,17 @@ and every :data:`FOLD_EVERY` events the buffer is summed into per-key accumulato
 arrays): a few large buffers, dropped whole at the checkpoint, and the sums made in C.
 
 Sums are the same to the bit as adding the rows one at a time in arrival order: integer
-columns are exact in doubles (the parser caps each count at 10**9, so a fold's sums stay
-far below 2**53) and accumulate in int64; float columns accumulate with ``np.add.at``,
-which adds in index order, as a running ``+=`` would.
+columns are packed and summed as int64 (the parser caps each count at 10**9, so sums stay
+far below 2**63); float columns accumulate with ``np.add.at``, which adds in index order,
+as a running ``+=`` would. An integer column takes ints (and bools) only: a float there
+raises ``struct.error`` rather than being truncated.
 """
 
 from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Hashable, Iterator, Sequence
+from itertools import chain
 from struct import Struct
 from typing import Any
 
@@ -30,8 +32,6 @@ __all__ = ["FOLD_EVERY", "ColumnSums", "as_stats"]
 # Events per fold: the log stays a few hundred kB, and a fold's fixed cost (a sort, a few
 # numpy calls) is spread over enough events to be a small share of theirs.
 FOLD_EVERY = 4096
-_PAIR = Struct("2q").pack
-_INTS: dict[int, Any] = {}  # n -> the packer of n int64 (per-position counts)
 _BLOCK = 1024  # keys whose sums :meth:`ColumnSums.sums` turns into Python lists at once
 
 
@@ -51,9 +51,9 @@ class ColumnSums:
     [('a', [2, 7], [1.0], [4, 1], [10.0, 30.0]), ('b', [1, 0], [0.25], [], [20.0])]
     """
 
-    __slots__ = ("_floats", "_fold_every", "_intern", "_ints", "_kept", "_kept_rows", "_keys",
-                 "_log", "_n", "_n_floats", "_n_ints", "_n_kept", "_pack_into", "_pp", "_pp_acc",
-                 "_pp_len", "_pp_meta", "_rows", "_stride", "_width")
+    __slots__ = ("_end", "_floats", "_fold_every", "_intern", "_ints", "_kept", "_kept_rows",
+                 "_keys", "_log", "_n_floats", "_n_ints", "_n_kept", "_off", "_pack_into",
+                 "_pp_acc", "_pp_len", "_pp_lists", "_pp_rows", "_rows", "_stride", "_width")
 
     def __init__(self, n_ints: int, n_floats: int, n_kept: int = 0,
                  fold_every: int = FOLD_EVERY,
@@ -63,20 +63,22 @@ class ColumnSums:
         self._intern = intern
         self._n_ints, self._n_floats, self._n_kept = n_ints, n_floats, n_kept
         self._width = 1 + n_ints + n_floats + n_kept  # the row index, then the values
-        # Packed in C, a double per value: array.extend converts each value through the
-        # argument parser, several times the cost of the sums themselves.
-        self._pack_into = Struct(f"{self._width}d").pack_into
+        # Packed in C, eight bytes per value: the row index and the integers as int64, the
+        # rest as doubles (array.extend converts each value through the argument parser,
+        # several times the cost of the sums; an int packed as a double goes through a
+        # float object, which doubled the cost of a row).
+        self._pack_into = Struct(f"{1 + n_ints}q{n_floats + n_kept}d").pack_into
         self._stride = 8 * self._width
         self._fold_every = fold_every
         self._rows: dict[Hashable, int] = {}
         self._keys: list[Hashable] = []
-        # Not yet folded: ``_n`` rows of doubles in ``_log`` (grown up to ``fold_every``
-        # rows, then reused), and the (row, length) and the counts of each event that
-        # carries per-position counts, packed as int64.
+        # Not yet folded: rows in ``_log`` up to the byte ``_off`` (grown up to
+        # ``fold_every`` rows, then reused; ``_end`` is its length), and the row and the
+        # per-position counts (a tuple, as the event holds it) of each event that has them.
         self._log = bytearray()
-        self._n = 0
-        self._pp_meta = bytearray()
-        self._pp = bytearray()
+        self._off = self._end = 0
+        self._pp_rows: list[int] = []
+        self._pp_lists: list[Sequence[int]] = []
         # Folded: one accumulator row per key (capacity grows by doubling).
         self._ints = np.zeros((0, n_ints), dtype=np.int64)
         self._floats = np.zeros((n_floats, 0))  # a contiguous column per float value
@@ -101,29 +103,29 @@ class ColumnSums:
                 key = self._intern(key)
             row = self._rows[key] = len(self._keys)
             self._keys.append(key)
-        n = self._n
-        if n * self._stride == len(self._log):
-            n = self._make_room()
-        self._pack_into(self._log, n * self._stride, row, *values)
-        self._n = n + 1
+        off = self._off
+        if off == self._end:
+            off = self._make_room()
+        self._pack_into(self._log, off, row, *values)
+        self._off = off + self._stride
         if positions:
-            n = len(positions)
-            self._pp_meta += _PAIR(row, n)
-            pack = _INTS.get(n)
-            if pack is None:
-                pack = _INTS[n] = Struct(f"{n}q").pack
-            self._pp += pack(*positions)
+            # kept as they are until the fold (a few thousand rows): two appends, where
+            # packing them cost a struct, a dict lookup and two buffer copies per event
+            self._pp_rows.append(row)
+            self._pp_lists.append(positions if type(positions) is tuple else tuple(positions))
 
     def _make_room(self) -> int:
         """Room for one more row in the log: a fold when it holds ``fold_every`` rows, else
-        a larger log. Returns the row's place."""
-        if self._n >= self._fold_every:
+        a larger log. Returns the row's byte offset."""
+        n = self._off // self._stride
+        if n >= self._fold_every:
             self._fold()
             return 0
-        log = bytearray(self._stride * min(self._fold_every, max(64, 2 * self._n)))
+        log = bytearray(self._stride * min(self._fold_every, max(64, 2 * n)))
         log[:len(self._log)] = self._log
         self._log = log
-        return self._n
+        self._end = len(log)
+        return self._off
 
     def sums(self) -> Iterator[tuple[Hashable, list[int], list[float], list[int], array]]:
         """Per key in the order first added: its int sums, float sums, per-position sums
@@ -177,34 +179,38 @@ class ColumnSums:
         self._pp_acc = pp
 
     def _fold(self) -> None:
-        n = self._n
+        n = self._off // self._stride
         if not n:
             return
         self._grow(len(self._keys))
-        block = np.frombuffer(self._log, dtype=np.float64, count=n * self._width).reshape(
-            n, self._width)
-        rows = block[:, 0].astype(np.intp)
+        # one buffer, two views: the leading int64 columns, and the doubles after them
+        count = n * self._width
+        ints = np.frombuffer(self._log, dtype=np.int64, count=count).reshape(n, self._width)
+        block = np.frombuffer(self._log, dtype=np.float64, count=count).reshape(n, self._width)
+        rows = ints[:, 0].astype(np.intp)
         ni, nf = self._n_ints, self._n_floats
         if ni:
             # Integers in any order: sort once, sum each key's run in one call.
             order = np.argsort(rows, kind="stable")
             sorted_rows = rows[order]
             starts = np.flatnonzero(np.concatenate(([True], sorted_rows[1:] != sorted_rows[:-1])))
-            sums = np.add.reduceat(block[order, 1:1 + ni], starts, axis=0)
-            self._ints[sorted_rows[starts]] += sums.astype(np.int64)
+            self._ints[sorted_rows[starts]] += np.add.reduceat(ints[order, 1:1 + ni], starts,
+                                                               axis=0)
         for j in range(nf):
             np.add.at(self._floats[j], rows, block[:, 1 + ni + j])  # in arrival order
         if self._n_kept:
             self._kept.append(block[:, self._width - self._n_kept:].copy())
             self._kept_rows.append(rows)
-        if self._pp_meta:
+        if self._pp_rows:
             self._fold_positions()
-        self._n = 0
+        self._off = 0
 
     def _fold_positions(self) -> None:
-        meta = np.frombuffer(self._pp_meta, dtype=np.int64).reshape(-1, 2)
-        rows, lengths = meta[:, 0], meta[:, 1]
-        counts = np.frombuffer(self._pp, dtype=np.int64)
+        lists = self._pp_lists
+        rows = np.array(self._pp_rows, dtype=np.int64)
+        lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+        counts = np.fromiter(chain.from_iterable(lists), dtype=np.int64,
+                             count=int(lengths.sum()))
         longest = int(lengths.max())
         if longest > self._pp_acc.shape[1]:
             self._widen(longest)
@@ -214,8 +220,7 @@ class ColumnSums:
         positions = np.arange(len(counts)) - np.repeat(firsts, lengths)
         np.add.at(self._pp_acc.reshape(-1), np.repeat(rows, lengths) * width + positions, counts)
         np.maximum.at(self._pp_len, rows, lengths)
-        del meta, rows, lengths, counts  # views of the buffers replaced below
-        self._pp_meta, self._pp = bytearray(), bytearray()
+        self._pp_rows, self._pp_lists = [], []
 
 
 def as_stats(sums: ColumnSums, build: Any) -> dict[Hashable, Any]:

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from monitor.aggregate.series import SeriesKey
+from monitor.aggregate.series import SeriesKey, series_fields
 from monitor.telemetry.event import Event
 
 if TYPE_CHECKING:
@@ -214,24 +214,31 @@ class CardinalityGuard:
 
     def admit(self, events: list[Event]) -> list[Event]:
         """``events`` with those over the caps rewritten (the same list when none is)."""
+        return self.admit_keyed(events, list(map(series_fields, events)))[0]
+
+    def admit_keyed(self, events: list[Event], keys: list[tuple[Any, ...]]
+                    ) -> tuple[list[Event], list[tuple[Any, ...]]]:
+        """:meth:`admit`, given each event's :func:`series_fields` (the pipeline builds them
+        once for this and for its sums): the events and their fields, those over the caps
+        rewritten (the same lists when none is)."""
         if not self._loaded:
             self.load()
         known = self._known
+        if all(map(known.__contains__, keys)):  # nearly every batch: no Python loop
+            return events, keys
         out: list[Event] | None = None
-        for i, e in enumerate(events):
-            key = (
-                e.route, e.target_model, e.target_revision, e.target_tokenizer,
-                e.draft_model or "", e.draft_revision or "", e.draft_tokenizer or "",
-                e.method or "", e.num_speculative_tokens,
-            )
+        out_keys: list[tuple[Any, ...]] = keys
+        for i, key in enumerate(keys):
             if key in known:
                 continue
+            e = events[i]
             admitted = self._decide(e, key)
             if admitted is not e:
                 if out is None:
-                    out = list(events)
+                    out, out_keys = list(events), list(keys)
                 out[i] = admitted
-        return events if out is None else out
+                out_keys[i] = series_fields(admitted)
+        return (events, keys) if out is None else (out, out_keys)
 
     def committed(self, cp: Checkpoint | None = None) -> None:
         """The checkpoint ``cp`` is stored: keep the series admitted since the last one that

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from monitor.telemetry.event import Event
 
@@ -22,6 +22,14 @@ class SeriesKey(NamedTuple):
     draft_tokenizer: str
     method: str
     num_speculative_tokens: int
+
+
+def series_fields(e: Event) -> tuple[Any, ...]:
+    """The fields of the event's :class:`SeriesKey` as a plain tuple (equal to the key, and
+    hashed alike): cheaper to build where each event needs one."""
+    return (e.route, e.target_model, e.target_revision, e.target_tokenizer, e.draft_model or "",
+            e.draft_revision or "", e.draft_tokenizer or "", e.method or "",
+            e.num_speculative_tokens)
 
 
 def series_key(e: Event) -> SeriesKey:

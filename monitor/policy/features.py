@@ -129,10 +129,12 @@ class Buckets:
         return f">={lo:g}" if last else f"[{lo:g},{self.edges[i + 1]:g})"
 
     def index(self, value: float) -> int:
-        return max(0, bisect_right(self.edges, value) - 1)
+        i = bisect_right(self.edges, value) - 1
+        return i if i > 0 else 0  # not max(): a call, on the per-event path
 
     def label(self, value: float) -> str:
-        return self.labels[max(0, bisect_right(self.edges, value) - 1)]
+        i = bisect_right(self.edges, value) - 1
+        return self.labels[i if i > 0 else 0]
 
     def position(self, label: str) -> int:
         """Order of a label among the buckets (unknown labels sort last)."""

@@ -22,6 +22,16 @@ _EXCLUDED_TAGS = frozenset({SHADOW_TAG})
 _CACHE_MAX = 100_000  # raw tag tuples remembered; past it, computed each time (still exact)
 
 
+_LABELS_MAX = 4096
+
+
+def _cached(cache: dict[Any, str], value: Any, label: str) -> str:
+    if len(cache) >= _LABELS_MAX:
+        cache.clear()
+    cache[value] = label
+    return label
+
+
 class Slicer:
     """Maps an event to its :class:`SliceKey`.
 
@@ -44,22 +54,24 @@ class Slicer:
         self.max_tags = config.max_tag_slices_per_route
         self._tags: dict[str, set[str]] = {}
         self._tag_text: dict[tuple[Any, ...], str] = {}
-        # Batch sizes and temperatures take few distinct values: their labels are cached.
-        self._labels: dict[tuple[str, Any], str] = {}
+        # Batch sizes and temperatures take few distinct values: their labels are cached
+        # (bounded: a producer may send any temperature).
+        self._batch_labels: dict[int | None, str] = {}
+        self._temperature_labels: dict[float | None, str] = {}
         self.overflowed = 0
 
     def key(self, e: Event) -> tuple[str, str, str, str]:
         """The fields of the event's :class:`SliceKey` (a plain tuple: this runs per event)."""
         # An absent signal is its own bucket ("?"), never guessed into another.
         b, p, t = e.batch_size, e.prompt_tokens, e.temperature
-        labels = self._labels
-        batch = labels.get(("b", b))
+        batch = self._batch_labels.get(b)
         if batch is None:
-            batch = labels[("b", b)] = "?" if b is None else self.batch.label(b)
-        prompt = "?" if p is None else self.prompt.labels[self.prompt.index(p)]
-        temp = labels.get(("t", t))
+            batch = _cached(self._batch_labels, b, "?" if b is None else self.batch.label(b))
+        prompt = "?" if p is None else self.prompt.label(p)
+        temp = self._temperature_labels.get(t)
         if temp is None:
-            temp = labels[("t", t)] = "?" if t is None else self.temperature.label(t)
+            temp = _cached(self._temperature_labels, t,
+                           "?" if t is None else self.temperature.label(t))
         tags = e.tags
         if not tags:
             return (batch, prompt, temp, "")

@@ -124,3 +124,14 @@ def test_from_sums_sets_each_name_from_its_place() -> None:
     s = SliceStats.from_sums(counters, floats, [3])
     assert [getattr(s, n) for n in SLICE_COUNTERS] == counters
     assert [getattr(s, n) for n in SLICE_FLOATS] == floats
+
+
+def test_positions_are_read_as_they_were_added() -> None:
+    """Per-position counts wait for the fold as added: a list changed afterwards by its
+    owner does not change the sums."""
+    sums = ColumnSums(n_ints=1, n_floats=0, fold_every=4)
+    counts = [3, 2]
+    sums.add("a", (1,), counts)
+    counts[0] = 100
+    sums.add("a", (1,), (1, 1, 1))
+    assert [(k, ints, pp) for k, ints, _, pp, _ in sums.sums()] == [("a", [2], [4, 3, 1])]

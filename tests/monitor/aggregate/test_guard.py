@@ -30,7 +30,7 @@ from monitor.aggregate.guard import (
     is_overflow,
     route_overflow_key,
 )
-from monitor.aggregate.series import SeriesKey
+from monitor.aggregate.series import SeriesKey, series_fields
 from monitor.config import IngestConfig
 from monitor.deadletter import CountingDeadLetter
 from monitor.metrics import IngestMetrics
@@ -77,6 +77,7 @@ class HandedCheckpoints:
 
     def __init__(self, guard: CardinalityGuard) -> None:
         self.admit, self.drop_all, self.load = guard.admit, guard.drop_all, guard.load
+        self.admit_keyed = guard.admit_keyed
 
     def committed(self) -> None:
         return  # on_commit brings the checkpoint
@@ -173,6 +174,25 @@ def test_known_series_pass_through_untouched() -> None:
     assert (out[1].route, out[1].target_model, out[1].num_speculative_tokens) == ("a", OVERFLOW, 0)
     assert out[1].pinned_target_revision is None and again[1].target_revision == "rev-2"
     assert (out[1].drafted_tokens, out[1].request_id) == (again[1].drafted_tokens, "w")
+
+
+def test_admit_keyed_rewrites_the_fields_with_the_events() -> None:
+    """The pipeline hands the guard each event's series fields and sums by what comes back:
+    a rewritten event comes back with its own (the overflow series') fields, the rest as
+    they were, and the lists themselves when nothing overflows."""
+    guard = CardinalityGuard(SeriesMemoryStore(), 2, 10, CollectorRegistry())
+    events, _ = Parser().parse(orjson.dumps([doc("x", 0, "a", 0), doc("y", 1, "a", 1)]))
+    keys = [series_fields(e) for e in events]
+    assert guard.admit_keyed(events, keys) == (events, keys)
+    assert guard.admit_keyed(events, keys)[1] is keys  # known: no copy, no loop
+    again, _ = Parser().parse(orjson.dumps([doc("z", 2, "a", 1), doc("w", 3, "a", 2),
+                                            doc("v", 4, "a", 2)]))
+    again_keys = [series_fields(e) for e in again]
+    out, out_keys = guard.admit_keyed(again, again_keys)
+    assert out_keys is not again_keys and again_keys[1] == series_fields(again[1])
+    assert out_keys == [series_fields(e) for e in out]
+    assert out_keys[1] == out_keys[2] == tuple(route_overflow_key("a"))
+    assert out[0] is again[0] and out_keys[0] is again_keys[0]
 
 
 def test_an_event_already_in_the_overflow_shape_takes_no_slot() -> None:

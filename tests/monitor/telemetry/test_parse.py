@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -11,9 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from monitor.exceptions import SpecwatchError
+from monitor.telemetry import parse as parse_module
 from monitor.telemetry.event import STATUSES, Event, Rejection
 from monitor.telemetry.exceptions import InvalidEvent
-from monitor.telemetry.parse import Parser, _rfc3339, event_from_obj
+from monitor.telemetry.parse import Parser, _read_ts_text, _rfc3339, event_from_obj
 from tests.monitor.telemetry.bad_inputs import DROP, BadInput, bad_input_corpus, valid_event
 
 T0 = 1793628187.0  # 2026-11-02T14:03:07Z
@@ -528,6 +530,28 @@ def test_only_rfc3339_timestamps_are_accepted(ts: str) -> None:
         assert exc.reason.startswith("ts"), exc.reason
     else:
         assert _rfc3339(ts) is not None, ts
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2099, 12, 31, 23, 59, 59)),
+       st.sampled_from(["", ".{ms:03d}", ".{us:06d}"]), st.integers(0, 999))
+def test_timestamps_read_exactly_as_fromisoformat(when: datetime, fraction: str,
+                                                  other_ms: int) -> None:
+    """A second read before is worked out from its cached start: the same float, to the bit,
+    as fromisoformat + timestamp(), first read or cached, and for another millisecond of it."""
+    second = when.strftime("%Y-%m-%dT%H:%M:%S")
+    text = second + fraction.format(ms=when.microsecond // 1000, us=when.microsecond) + "Z"
+    want = datetime.fromisoformat(text).timestamp()
+    assert _read_ts_text(text) == want
+    assert _read_ts_text(text) == want
+    other = f"{second}.{other_ms:03d}Z"
+    assert _read_ts_text(other) == datetime.fromisoformat(other).timestamp()
+    # a fraction of other digits than ASCII's: the cached second reads it as no cache would
+    odd = f"{second}.{other_ms:03d}".replace("0", "\u0660").replace("1", "\u0661")
+    odd = second + odd[len(second):] + "Z"
+    cached = _read_ts_text(odd)
+    parse_module._SECONDS.clear()
+    assert _read_ts_text(odd) == cached
 
 
 def test_truncated_pretty_printed_object_is_one_rejection() -> None:
