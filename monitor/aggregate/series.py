@@ -33,14 +33,4 @@ def series_fields(e: Event) -> tuple[Any, ...]:
 
 
 def series_key(e: Event) -> SeriesKey:
-    return SeriesKey(
-        e.route,
-        e.target_model,
-        e.target_revision,
-        e.target_tokenizer,
-        e.draft_model or "",
-        e.draft_revision or "",
-        e.draft_tokenizer or "",
-        e.method or "",
-        e.num_speculative_tokens,
-    )
+    return SeriesKey._make(series_fields(e))
