@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from monitor.detect import calibration as fast
@@ -165,20 +165,26 @@ def test_adjustment_coefficients_rows_are_the_scalar_ones(seed: int, rows: int) 
 # -- a bank's thresholds from a request histogram ----------------------------------------------
 
 
-def _bank(seed: int, requests: int, rho: float, p0: float) -> dict[str, np.ndarray]:
+def _bank(seed: int, requests: int, rho: float, p0: float,
+          accept_all: bool = False) -> dict[str, np.ndarray]:
     """Bins of beta-binomial requests and a bank's increments over them, as the detector
-    builds them (``OverdispersedCusum._thresholds``)."""
+    builds them (``OverdispersedCusum._thresholds``); ``accept_all``: every drafted token
+    kept (a draft identical to its target)."""
     rng = np.random.default_rng(seed)
     d = rng.integers(1, 400, requests).astype(np.float64)
     c = 1.0 / rho - 1.0
     a = rng.binomial(d.astype(np.int64), rng.beta(p0 * c, (1.0 - p0) * c)).astype(np.float64)
+    if accept_all:
+        a = d.copy()
     w = 1.0 / (1.0 + (d - 1.0) * rho)
     key = np.floor(np.log(w * d) / math.log(1.08)) * 128 + np.floor(a * 100 // d)
     _, bin_of = np.unique(key, return_inverse=True)
     n = np.bincount(bin_of).astype(np.float64)
     wa = np.bincount(bin_of, w * a)
     wd = np.bincount(bin_of, w * d)
-    p = float(wa.sum() / wd.sum())
+    # clamped as ``OverdispersedCusum._calibrate`` does: a beta with a tiny second shape
+    # draws 1.0, every request is fully accepted and log(1 - p) would be log 0
+    p = min(max(float(wa.sum() / wd.sum()), 1e-6), 1.0 - 1e-6)
     effects = np.array([0.05, 0.1, 0.2, 0.4, 0.8])
     p1 = np.concatenate([p * (1 - effects), np.minimum(p * (1 + effects), p + 0.8 * (1 - p))])
     ca, cb = np.log(p1 / p), np.log((1 - p1) / (1 - p))
@@ -192,6 +198,9 @@ def _bank(seed: int, requests: int, rho: float, p0: float) -> dict[str, np.ndarr
        rho=st.floats(0.005, 0.3), p0=st.floats(0.2, 0.9), se=st.floats(0.0, 0.05),
        capped=st.booleans(), min_requests=st.sampled_from([None, 1, 2, 5]),
        arl=st.floats(1e3, 1e9))
+# a beta draw of 1.0: every request fully accepted (see ``_bank``)
+@example(seed=105, requests=825, rho=0.28125, p0=0.890625, se=0.0, capped=False,
+         min_requests=None, arl=1000.0)
 def test_quasi_cusum_thresholds_match(seed: int, requests: int, rho: float, p0: float,
                                       se: float, capped: bool, min_requests: int | None,
                                       arl: float) -> None:
@@ -207,6 +216,26 @@ def test_quasi_cusum_thresholds_match(seed: int, requests: int, rho: float, p0: 
         rel = REL + _hypotheses_slack(bank["inc"][k], bank["shift"][k], bank["n"], se)
         assert float(hs[k]) == pytest.approx(want_h, rel=rel)
         assert float(thetas[k]) == pytest.approx(want_theta, rel=rel)
+
+
+@pytest.mark.parametrize("se", [0.0, 0.01])
+@pytest.mark.parametrize("min_requests", [None, 2])
+def test_quasi_cusum_thresholds_when_every_token_is_accepted(se: float,
+                                                             min_requests: int | None) -> None:
+    """A draft that never misses (p clamped under 1): each CUSUM's increments all sit on
+    one side of 0, no root exists and both solvers take the Gaussian one (seed 105 of the
+    property test drew such a baseline before ``_bank`` clamped p)."""
+    bank = _bank(105, 825, 0.28125, 0.890625, accept_all=True)
+    hs, thetas = fast.quasi_cusum_thresholds(bank["inc"], bank["n"], 1000.0,
+                                             shift=bank["shift"], se=se,
+                                             min_requests=min_requests)
+    assert np.isfinite(hs).all() and np.isfinite(thetas).all()
+    for k in range(len(bank["inc"])):
+        want_h, want_theta = ref.quasi_cusum_threshold(
+            bank["inc"][k], bank["n"], 1000.0, shift=bank["shift"][k], se=se,
+            min_requests=min_requests)
+        assert float(hs[k]) == pytest.approx(want_h, rel=REL)
+        assert float(thetas[k]) == pytest.approx(want_theta, rel=REL)
 
 
 def _hypotheses_slack(inc: np.ndarray, shift: np.ndarray, n: np.ndarray, se: float) -> float:
