@@ -47,6 +47,7 @@ from monitor.telemetry.serialize import event_to_dict
 
 log = logging.getLogger(__name__)
 _request_id = attrgetter("request_id")
+_ts = attrgetter("ts")
 
 NEG_INF = float("-inf")
 # What a dead letter of a batch says about its event, in the order process() sends them.
@@ -233,7 +234,6 @@ class Pipeline:
         self._pause_until = self._last_checkpoint  # none by count or age before this
         self._lateness = config.allowed_lateness
         self._horizon = config.dedup_horizon
-        self._max_slices = int(config.dedup_horizon // SeenIds.WIDTH) + 2
         # Counted events held for the observer: a source that sets ``hold_limit`` hands a
         # poll's or a stretch of lines' events to detection in one call, which judges a
         # segment's requests at once (the same decisions as message by message: the
@@ -431,6 +431,17 @@ class Pipeline:
         fresh_rids: list[str] = []
         fresh_ts: list[float] = []
         duplicates = 0
+        everything = None
+        if not known:
+            limit = (max_ts + rule.skew if relative
+                     else min(rule.limit(max_ts) for events in batches if events))
+            everything = _all_count(batches, ids, max_ts, lateness, limit)
+        if everything is not None:
+            # the common chunk: the loop below would count every event, and change nothing else
+            counted_events, fresh_ts, fresh = everything
+            fresh_rids = ids
+            max_ts = max(max_ts, max(fresh_ts))
+            batches = []
         for m, events in enumerate(batches):
             if not events:
                 continue
@@ -491,7 +502,7 @@ class Pipeline:
             seen.add_many(zip(fresh_ts, fresh_rids, strict=True))
             tracker.new_rids += fresh_rids
             tracker.new_ts.extend(fresh_ts)
-            if seen.slices > self._max_slices:
+            if seen.slices > seen.max_slices:
                 # A backlog crosses hours of event time between two checkpoints, and every
                 # lookup above walks every slice: forget what a reload from the store would
                 # not hold either (the checkpoint prunes the same way).
@@ -732,6 +743,24 @@ class Pipeline:
         if written >= heap.TRIM_AFTER_ROWS:
             heap.release()  # the checkpoint's peak, freed just now, back to the system
         return True
+
+
+def _all_count(
+    batches: list[list[Event]], ids: list[str], max_ts: float, lateness: float, limit: float,
+) -> tuple[list[Event], list[float], set[str]] | None:
+    """The events of ``batches`` (ids ``ids``, none seen before), their times and their ids
+    as a set, when :meth:`Pipeline._count` would count every one: no id twice, none beyond
+    ``limit`` (the first message's: later ones' are no lower), none late against the newest
+    time before it (the newest of all bounds it); else None. C-level: no frame per event."""
+    unique = set(ids)
+    if len(unique) != len(ids):
+        return None
+    events = list(batches[0]) if len(batches) == 1 else [e for b in batches for e in b]
+    times = list(map(_ts, events))
+    newest = max(times)
+    if newest > limit or min(times) < max(max_ts, newest) - lateness:
+        return None
+    return events, times, unique
 
 
 def _bucket_sums() -> ColumnSums:

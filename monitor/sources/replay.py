@@ -177,7 +177,7 @@ def replay(path: str, pipeline: Pipeline, *, progress: bool | None = None,
             for line in src.lines:
                 reading = False
                 line = line.rstrip(b"\r\n")
-                if not line.strip():
+                if not line or line.isspace():  # not line.strip(): no copy of each line
                     pass
                 elif rule is None:
                     offsets.append(offset)

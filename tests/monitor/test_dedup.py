@@ -109,3 +109,19 @@ def test_among_finds_ids_in_any_slice_and_add_many_spreads_them_by_event_time() 
     assert ids.among(set()) == set()
     ids.prune(newest=780.0)  # cutoff 180: the slices [60, 120) and [120, 180) go
     assert ids.among(["a", "b", "c", "d"]) == {"c"}
+
+
+@pytest.mark.parametrize(("horizon", "width"), [(60.0, 60.0), (900.0, 60.0), (3600.0, 225.0)])
+def test_a_long_horizon_is_cut_into_at_most_sixteen_slices(horizon: float,
+                                                           width: float) -> None:
+    ids = SeenIds(horizon)
+    assert ids.width == width
+    for t in range(0, 10 * int(horizon), 7):  # an id every 7 s over ten horizons
+        ids.add(f"r{t}", float(t))
+        ids.prune(float(t))
+        assert ids.slices <= ids.max_slices <= SeenIds.MAX_SLICES + 2
+    newest = float(t)
+    # kept at least the horizon, at most a slice longer
+    assert f"r{int(newest - horizon) // 7 * 7 + 7}" in ids
+    assert f"r{int(newest - horizon - width) // 7 * 7 - 7}" not in ids
+    assert SeenIds.from_items([("a", newest)], horizon, newest).width == width

@@ -12,17 +12,20 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
+from monitor import pipeline as pipeline_module
 from monitor.aggregate.bucket import BucketStats
 from monitor.aggregate.columns import as_stats
 from monitor.config import IngestConfig
 from monitor.eventtime import PlausibleTime, WallClock
 from monitor.metrics import IngestMetrics
-from monitor.pipeline import Pipeline
+from monitor.pipeline import Pipeline, _all_count
 from monitor.telemetry.event import Rejection
+from monitor.telemetry.parse import Parser
 from tests.monitor.test_pipeline import T0, MemoryStore, RecordingObserver, ev
 
 COUNTERS = ("messages", "events", "invalid", "duplicates", "late", "late_counted", "future")
@@ -126,6 +129,38 @@ def test_any_grouping_counts_as_message_by_message(case: Any, rule: str) -> None
     one_by_one = _run(messages, None, rule)
     grouped = _run(messages, groups, rule)
     assert grouped == one_by_one
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(traffic(), st.sampled_from(["plausible", "wall"]))
+def test_the_everything_counts_shortcut_is_the_event_loop(case: Any, rule: str) -> None:
+    """``_all_count`` (a chunk whose every event counts, judged on the chunk's newest and
+    oldest time) against the event-by-event loop it skips, on every grouping."""
+    messages, groups = case
+    with_shortcut = _run(messages, groups, rule), _run(messages, None, rule)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pipeline_module, "_all_count", lambda *args: None)
+        without = _run(messages, groups, rule), _run(messages, None, rule)
+    assert with_shortcut == without
+
+
+def test_the_shortcut_takes_a_clean_chunk_and_leaves_the_rest() -> None:
+    """It answers for a chunk of fresh, on-time events, and for nothing else."""
+    clean = [ev(f"r{i}", 5000.0 + i) for i in range(4)]
+    late = [*clean[:2], ev("old", 5000.0 - 61.0), *clean[2:]]
+    twice = [*clean, clean[0]]
+    ahead = [*clean, ev("far", 5003.0 + 301.0)]
+    def call(evs: list[dict[str, Any]], max_ts: float = T0 + 5000.0) -> Any:
+        events = Parser().parse(orjson.dumps(evs))[0]
+        return _all_count([events[:2], events[2:]], [e.request_id for e in events], max_ts,
+                          60.0, max_ts + 300.0)
+
+    counted, times, ids = call(clean)
+    assert [e.request_id for e in counted] == ["r0", "r1", "r2", "r3"]
+    assert [t - T0 for t in times] == [5000.0, 5001.0, 5002.0, 5003.0]
+    assert ids == {"r0", "r1", "r2", "r3"}
+    assert call(late) is None and call(twice) is None and call(ahead) is None
+    assert call(clean, max_ts=T0 + 5003.0 + 61.0) is None  # late against the partition's newest
 
 
 def test_a_batch_keeps_each_messages_dead_letters_in_order() -> None:
