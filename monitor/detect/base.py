@@ -36,6 +36,7 @@ True
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
@@ -104,7 +105,7 @@ def same_json(value: Any, other: Any) -> bool:
     if kind is float:
         # -0.0 == 0.0, yet they are two states (and NaN is never left out)
         return value == other and math.copysign(1.0, value) == math.copysign(1.0, other)
-    if kind in _SCALAR_TYPES:
+    if kind in _SCALAR_TYPES or kind is array:  # arrays: of ints (no -0.0), equal or not
         return bool(value == other)
     # ``==`` first: it tells most unequal containers apart at once (a length, a first
     # number); only equal ones are written out, to tell 0 from 0.0 and -0.0 inside

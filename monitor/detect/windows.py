@@ -115,7 +115,8 @@ class BucketRing:
         self.dropped = 0
         # running field sums over the window: a live list that slot()'s callers add to
         self.sums: list[float] = [0] * self.width
-        self._buckets: dict[int, list[float]] = {}
+        # the newest bucket a list (added to in place); older ones packed (_packed)
+        self._buckets: dict[int, list[float] | array] = {}
         self._set_head(None)
 
     def _set_head(self, head: int | None) -> None:
@@ -136,6 +137,10 @@ class BucketRing:
         i = math.floor(ts / self.bucket)
         if self.head is not None and i <= self.head:
             return
+        closed = self._cur
+        if closed is not None:
+            # its last event came: from now on only a late event adds to it (slot() unpacks)
+            self._buckets[self.head] = _packed(closed)  # type: ignore[index]
         self._set_head(i)
         oldest = i - self.size + 1
         totals = self.sums
@@ -164,9 +169,11 @@ class BucketRing:
         b = self._buckets.get(i)
         if b is None:
             b = self._buckets[i] = [0] * self.width
+        elif type(b) is not list:  # a closed bucket, packed: a late event for it
+            b = self._buckets[i] = b.tolist()
         if i == self.head:
             self._cur = b
-        return b
+        return b  # type: ignore[return-value]
 
     def add(self, ts: float, values: tuple[float, ...] | list[float]) -> bool:
         """Count one event's ``values`` at ``ts``; False (and not counted) if it is too old."""
@@ -208,9 +215,35 @@ class BucketRing:
         ring = cls(data["window"], data["bucket"], data["width"])
         ring.dropped = int(data["dropped"])
         ring.sums = list(data["totals"])
-        ring._buckets = {int(k): list(v) for k, v in data["buckets"]}
-        ring._set_head(data["head"])
+        head = data["head"]
+        ring._buckets = {int(k): list(v) if k == head else _packed(list(v))
+                         for k, v in data["buckets"]}
+        ring._set_head(head)
         return ring
+
+
+def _packed(values: list[float]) -> list[float] | array:
+    """A closed bucket's sums as a machine array where that keeps every value as it is:
+    all ints within int64 ('q'), or all floats ('d'); else the list itself.
+
+    A window holds one bucket a minute for each detector of each series, and a list of
+    Python ints above 256 costs an object per value: packed, a bucket of 7 counts takes
+    120 bytes instead of about 300. Iterating the array gives back the same numbers, so
+    expiry, totals and snapshots do not change.
+
+    >>> _packed([3, 400, 2**40]), _packed([0.5, 1.0]), _packed([1, 0.5]), _packed([2**63])
+    (array('q', [3, 400, 1099511627776]), array('d', [0.5, 1.0]), [1, 0.5], [9223372036854775808])
+    """
+    kinds = set(map(type, values))
+    if kinds == _INT:
+        try:
+            return array("q", values)
+        except OverflowError:  # break-even's squared counts may pass 2**63
+            return values
+    return array("d", values) if kinds == _FLOAT else values
+
+
+_INT, _FLOAT = {int}, {float}
 
 
 class EmptyRing(BucketRing):

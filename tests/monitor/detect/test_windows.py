@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from monitor.detect import windows
 from monitor.detect.windows import _BIN_EVERY, BucketRing, SlidingHistogram, ThinnedSample
 
 WINDOW, BUCKET = 300.0, 60.0
@@ -94,6 +96,42 @@ def test_bucket_ring_float_totals_restore_bit_for_bit() -> None:
         a.add(7.3 * i, (i / 7,))
         b.add(7.3 * i, (i / 7,))
         assert a.totals == b.totals
+
+
+_VALUES = st.one_of(st.integers(0, 2**40), st.integers(2**62, 2**66),  # squares pass int64
+                    st.floats(0.0, 1e6))
+
+
+@given(streams(), st.lists(_VALUES, min_size=3, max_size=3), st.integers(0, 300))
+def test_closed_buckets_packed_change_no_number(events, extra, cut) -> None:
+    """Closed buckets are packed (ints as int64, floats as doubles, a mix or an int past
+    int64 left a list); late events unpack them. Totals, drops and snapshots are those of
+    a ring that never packs, before and after a restore."""
+    packed, plain = BucketRing(WINDOW, BUCKET, 4), BucketRing(WINDOW, BUCKET, 4)
+
+    def unpacked(call: Any) -> Any:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(windows, "_packed", lambda values: values)
+            return call()
+
+    for n, (ts, a, _) in enumerate(events):
+        row = (1, a, extra[n % 3], a * a)
+        assert unpacked(lambda: plain.add(ts, row)) == packed.add(ts, row)  # noqa: B023
+        if n == cut:
+            packed = BucketRing.restore(json.loads(json.dumps(packed.snapshot())))
+        assert packed.totals == plain.totals
+    assert packed.snapshot() == plain.snapshot() and packed.dropped == plain.dropped
+
+
+def test_a_closed_bucket_of_counts_is_an_int64_array() -> None:
+    ring = BucketRing(WINDOW, BUCKET, 2)
+    for t in range(0, 300, 10):
+        ring.add(float(t), (1, 1000 + t))
+    closed = [v for k, v in ring._buckets.items() if k != ring.head]
+    assert len(closed) == 4 and all(v.typecode == "q" for v in closed)
+    assert type(ring._buckets[ring.head]) is list
+    ring.add(5.0, (1, 7))  # late, inside the window: that bucket is a list again
+    assert ring._buckets[0] == [7, 6157] and ring.totals == (31, 1000 * 30 + 4350 + 7)
 
 
 def test_bucket_ring_advance_alone_and_bad_width() -> None:
