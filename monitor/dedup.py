@@ -20,9 +20,8 @@ class SeenIds:
     An id is kept for between ``horizon`` and ``horizon + width`` seconds: longer than the
     horizon asks, never shorter. A lookup asks every slice, so a long horizon gets wider
     slices (:meth:`width_for`: at most ``MAX_SLICES`` of them, each at least a minute): at
-    an hour's horizon, one-minute slices made dedup about 6% of a replay's CPU (60 set
-    lookups per event), for ids kept at most a minute past the horizon; 16 slices keep
-    them at most 6% of the horizon longer.
+    an hour's horizon, one-minute slices cost 60 set lookups per event; 16 slices keep ids
+    at most a sixteenth of the horizon longer than it asks.
 
     >>> ids = SeenIds(horizon=600.0, width=60.0)
     >>> ids.add("a", 1000.0)

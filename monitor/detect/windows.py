@@ -228,7 +228,7 @@ def _packed(values: list[float]) -> list[float] | array:
 
     A window holds one bucket a minute for each detector of each series, and a list of
     Python ints above 256 costs an object per value: packed, a bucket of 7 counts takes
-    120 bytes instead of about 300. Iterating the array gives back the same numbers, so
+    136 bytes instead of about 300. Iterating the array gives back the same numbers, so
     expiry, totals and snapshots do not change.
 
     >>> _packed([3, 400, 2**40]), _packed([0.5, 1.0]), _packed([1, 0.5]), _packed([2**63])
