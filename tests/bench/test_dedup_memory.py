@@ -3,19 +3,12 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.bench.run import run_bench
 
 
 def test_prints_both_windows_per_minute_and_judges_them_once_full() -> None:
-    out = subprocess.run(
-        [sys.executable, "bench/dedup_memory.py", "--minutes", "13", "--rate", "50"],
-        cwd=REPO, capture_output=True, text=True, check=True, timeout=120,
-        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
-    ).stdout
+    out = run_bench("bench/dedup_memory.py", "--minutes", "13", "--rate", "50")
     rows = [line.split() for line in out.splitlines() if re.match(r"\s+\d+\s", line)]
     assert [int(r[0]) for r in rows] == list(range(13))  # minutes 0..12 of a 13-minute run
     ids = [int(r[1].replace(",", "")) for r in rows]
