@@ -9,7 +9,8 @@ bucket and by tags, which the series key does not.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+import itertools
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -19,8 +20,7 @@ from monitor.aggregate.rows import RowAdder
 from monitor.aggregate.series import SeriesKey
 from monitor.policy.slices import SLICE_COUNTERS, SLICE_FLOATS, SliceKey, SliceRecord, SliceStats
 from monitor.store.checkpoint import EXPERIMENT_BUCKET
-from monitor.store.hourly import merge_hourly, run_merged
-from monitor.store.series_ids import CHUNK
+from monitor.store.hourly import MERGE_BLOCK, merge_hourly, run_merged
 from monitor.store.tables import policies_table, series_table, slice_rollups_table
 
 __all__ = ["SliceDeltaKey", "read_policies", "read_slice_records", "slice_hash",
@@ -65,10 +65,15 @@ def write_slices(
     deltas: Mapping[SliceDeltaKey, SliceStats],
     ids: Mapping[SeriesKey, int],
     utc: Any,
+    block: int | None = None,
 ) -> None:
     """Read-merge-write the touched rows (as ``writer.merge_rollups`` does for rollups), a
-    slice at a time: a slice's rows are built only when it is written, so a checkpoint over
-    many series never holds the rows of every slice at once."""
+    slice and a block of its series at a time (``block`` series, default
+    :data:`~monitor.store.hourly.MERGE_BLOCK`): rows are built only when written, so a
+    checkpoint over many series never holds the rows of every slice, nor every series of
+    one, at once. Rows are locked in one order whatever the blocks: slice hash, then series
+    id, then hour."""
+    size = MERGE_BLOCK if block is None else block
     by_hash: dict[str, tuple[SliceKey, list[tuple[int, int, SliceStats]]]] = {}
     hashes: dict[SliceKey, str] = {}
     for (skey, series, ts), stats in deltas.items():
@@ -82,16 +87,42 @@ def write_slices(
     for h, (skey, items) in sorted(by_hash.items(), key=lambda kv: kv[0]):
         extra = {"batch_bucket": skey.batch, "prompt_bucket": skey.prompt,
                  "temperature_bucket": skey.temperature, "tags": skey.tags}
-        ins, upd = merge_hourly(conn, slice_rollups_table, {"slice_hash": h}, _fold(items),
-                                extra, SLICE_ROWS, utc)
-        inserts += ins
-        updates += upd
-        if len(inserts) + len(updates) >= CHUNK:
-            # written a chunk at a time: the rows of every slice at once would be the
-            # checkpoint's peak (the rows stay locked in hash order all the same)
-            run_merged(conn, slice_rollups_table, ("slice_hash",), inserts, updates)
-            inserts, updates = [], []
+        for part in _series_blocks(items, size):
+            ins, upd = merge_hourly(conn, slice_rollups_table, {"slice_hash": h}, _fold(part),
+                                    extra, SLICE_ROWS, utc)
+            inserts += ins
+            updates += upd
+            if len(inserts) + len(updates) >= size:
+                # written a block at a time: the rows of every slice at once would be the
+                # checkpoint's peak (the rows stay locked in hash order all the same)
+                run_merged(conn, slice_rollups_table, ("slice_hash",), inserts, updates)
+                inserts, updates = [], []
     run_merged(conn, slice_rollups_table, ("slice_hash",), inserts, updates)
+
+
+def _series_blocks(items: list[tuple[int, int, SliceStats]], size: int
+                   ) -> Iterator[list[tuple[int, int, SliceStats]]]:
+    """``items`` (series id, time, stats) by ascending series, ``size`` series at a time;
+    a series' items stay together and in their order (so its rows add as before).
+
+    >>> [[sid for sid, _, _ in b] for b in _series_blocks([(5, 0, 1), (2, 0, 2), (5, 1, 3),
+    ...                                                     (9, 0, 4)], 2)]
+    [[2, 5, 5], [9]]
+    """
+    block: list[tuple[int, int, SliceStats]] = []
+    n = 0
+    for _, run in itertools.groupby(sorted(items, key=_series_of), key=_series_of):
+        if n == size:
+            yield block
+            block, n = [], 0
+        block += run
+        n += 1
+    if block:
+        yield block
+
+
+def _series_of(item: tuple[int, int, SliceStats]) -> int:
+    return item[0]
 
 
 _STATS = [_C[name] for name in (*SLICE_COUNTERS, *SLICE_FLOATS, "per_position")]

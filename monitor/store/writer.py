@@ -20,8 +20,8 @@ from monitor.store.changes import write_changes
 from monitor.store.checkpoint import GRANULARITIES, Checkpoint, PartitionCommit
 from monitor.store.exceptions import FencedError
 from monitor.store.experiments import hour_of, write_experiments
-from monitor.store.hourly import merge_hourly, run_merged, update_statement
-from monitor.store.series_ids import CHUNK, chunks, dialect_insert, resolve_series
+from monitor.store.hourly import MERGE_BLOCK, merge_hourly, run_merged, update_statement
+from monitor.store.series_ids import chunks, dialect_insert, resolve_series
 from monitor.store.slices import write_slices
 from monitor.store.tables import (
     alerts_table,
@@ -110,7 +110,7 @@ def decode_ids(blob: bytes) -> list[tuple[str, float]]:
 
 
 def fold(rollups: Mapping[tuple[SeriesKey, int], BucketStats],
-         block: int = CHUNK) -> dict[FoldedKey, Row]:
+         block: int = MERGE_BLOCK) -> dict[FoldedKey, Row]:
     """Minute deltas keyed by (granularity, series, bucket start), merged per coarse bucket,
     as rows (``BucketStats.to_row()`` form: what the store writes and adds): all of
     :func:`fold_chunks` at once."""
@@ -119,7 +119,8 @@ def fold(rollups: Mapping[tuple[SeriesKey, int], BucketStats],
             for (key, start), row in rows.items()}
 
 
-def blocks(refs: Sequence[SeriesRef], size: int = CHUNK) -> Iterator[Sequence[SeriesRef]]:
+def blocks(refs: Sequence[SeriesRef], size: int = MERGE_BLOCK
+           ) -> Iterator[Sequence[SeriesRef]]:
     """Sorted ``refs`` in blocks. Store ids go by range (``id // size``): every writer then
     cuts the same blocks, so the order it locks rows in (block, granularity, id) is one
     order for all. Anything else (:func:`fold`'s series keys) goes by count.
@@ -136,7 +137,7 @@ def blocks(refs: Sequence[SeriesRef], size: int = CHUNK) -> Iterator[Sequence[Se
 
 def fold_chunks(
     rollups: Mapping[tuple[SeriesKey, int], BucketStats], ids: Mapping[SeriesKey, SeriesRef],
-    block: int = CHUNK,
+    block: int = MERGE_BLOCK,
 ) -> Iterator[tuple[str, dict[tuple[SeriesRef, int], Row]]]:
     """The rows of :func:`fold`, keyed by (``ids[series]``, bucket start), yielded a
     :func:`blocks` of series at a time in ascending ``ids`` order, and within a block a
@@ -207,8 +208,11 @@ def _all_spans(cp: Checkpoint) -> dict[SeriesKey, tuple]:
 # The UPDATE of one rollup row (tests run it directly).
 _UPDATE_ROLLUP = update_statement(rollups_table, ("granularity",))
 
-# State snapshots built, encoded and written per chunk (a segment's is about 3.5 kB of JSON).
-STATE_CHUNK = 500
+# State snapshots built, encoded and written per chunk (a segment's is about 3.5 kB of JSON,
+# and some 20 kB of dicts, lists and floats while it is built): like MERGE_BLOCK, the chunk
+# is the checkpoint's peak of small objects, which stays resident where anything allocated
+# meanwhile pins it.
+STATE_CHUNK = 100
 
 
 def merge_rollups(conn: Connection, rollups: Mapping[tuple[SeriesKey, int], BucketStats],
