@@ -20,13 +20,20 @@ from monitor.aggregate.rows import RowAdder
 from monitor.aggregate.series import SeriesKey
 from monitor.policy.slices import SLICE_COUNTERS, SLICE_FLOATS, SliceKey, SliceRecord, SliceStats
 from monitor.store.checkpoint import EXPERIMENT_BUCKET
-from monitor.store.hourly import MERGE_BLOCK, merge_hourly, run_merged
+from monitor.store.hourly import merge_hourly, run_merged
 from monitor.store.tables import policies_table, series_table, slice_rollups_table
 
 __all__ = ["SliceDeltaKey", "read_policies", "read_slice_records", "slice_hash",
            "write_policy", "write_slices"]
 
 SliceDeltaKey = tuple[SliceKey, SeriesKey, int]  # slice, series, hour bucket start
+
+# Series per read-merge-write of one slice's rows. As with the rollups' blocks
+# (monitor.store.hourly.MERGE_BLOCK), a block is the checkpoint's peak of small objects;
+# a slice row is narrower than a rollup row (counters, no latency sketches), so a larger
+# block holds that peak down with fewer statements: at 10,000 series, blocks of 200 and
+# of 1,000 left the same resident memory, 1,000 with a fifth of the SELECTs.
+SLICE_BLOCK = 1000
 
 
 def slice_hash(key: SliceKey) -> str:
@@ -69,11 +76,11 @@ def write_slices(
 ) -> None:
     """Read-merge-write the touched rows (as ``writer.merge_rollups`` does for rollups), a
     slice and a block of its series at a time (``block`` series, default
-    :data:`~monitor.store.hourly.MERGE_BLOCK`): rows are built only when written, so a
+    :data:`SLICE_BLOCK`): rows are built only when written, so a
     checkpoint over many series never holds the rows of every slice, nor every series of
     one, at once. Rows are locked in one order whatever the blocks: slice hash, then series
     id, then hour."""
-    size = MERGE_BLOCK if block is None else block
+    size = SLICE_BLOCK if block is None else block
     by_hash: dict[str, tuple[SliceKey, list[tuple[int, int, SliceStats]]]] = {}
     hashes: dict[SliceKey, str] = {}
     for (skey, series, ts), stats in deltas.items():

@@ -85,7 +85,7 @@ def test_slices_written_a_few_series_at_a_time_are_exact(migrated_url: str, monk
     two checkpoints (inserts, then merges into stored rows)."""
     import monitor.store.slices as slices
 
-    monkeypatch.setattr(slices, "MERGE_BLOCK", 2)
+    monkeypatch.setattr(slices, "SLICE_BLOCK", 2)
     events = _spread(400, 13)  # 400 minutes: hour rows of 26 series in several slices
     first, second = events[:230], events[150:]  # overlapping ids: the same hours again
     second = [e for e in second if e.request_id not in {f.request_id for f in first}]
