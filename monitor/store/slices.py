@@ -9,7 +9,6 @@ bucket and by tags, which the series key does not.
 from __future__ import annotations
 
 import hashlib
-import itertools
 from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
@@ -21,6 +20,7 @@ from monitor.aggregate.series import SeriesKey
 from monitor.policy.slices import SLICE_COUNTERS, SLICE_FLOATS, SliceKey, SliceRecord, SliceStats
 from monitor.store.checkpoint import EXPERIMENT_BUCKET
 from monitor.store.hourly import merge_hourly, run_merged
+from monitor.store.series_ids import chunks
 from monitor.store.tables import policies_table, series_table, slice_rollups_table
 
 __all__ = ["SliceDeltaKey", "read_policies", "read_slice_records", "slice_hash",
@@ -116,20 +116,11 @@ def _series_blocks(items: list[tuple[int, int, SliceStats]], size: int
     ...                                                     (9, 0, 4)], 2)]
     [[2, 5, 5], [9]]
     """
-    block: list[tuple[int, int, SliceStats]] = []
-    n = 0
-    for _, run in itertools.groupby(sorted(items, key=_series_of), key=_series_of):
-        if n == size:
-            yield block
-            block, n = [], 0
-        block += run
-        n += 1
-    if block:
-        yield block
-
-
-def _series_of(item: tuple[int, int, SliceStats]) -> int:
-    return item[0]
+    by_series: dict[int, list[tuple[int, int, SliceStats]]] = {}
+    for item in items:
+        by_series.setdefault(item[0], []).append(item)
+    for sids in chunks(sorted(by_series), size):
+        yield [item for sid in sids for item in by_series[sid]]
 
 
 _STATS = [_C[name] for name in (*SLICE_COUNTERS, *SLICE_FLOATS, "per_position")]
