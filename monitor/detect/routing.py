@@ -119,7 +119,7 @@ class Router:
                     # be a change in the mix. The route's own rules above still see every
                     # request.
                     if deferred is not None and self._ticks(e.ts):
-                        self._flush(deferred, by_route)
+                        self._flush_for_sweep(deferred, by_route, e.ts)
                     ev.key = key + TICK
                     self.advance(e.ts)
                     continue
@@ -170,8 +170,7 @@ class Router:
                     st.max_ts = ts
                     if st.clock == "event" and ts - st.last_tick >= TICK_EVERY:
                         if deferred is not None:
-                            # the sweep reads every segment, and every route's staleness
-                            self._flush(deferred, by_route)
+                            self._flush_for_sweep(deferred, by_route, ts)
                         ev.key = key + TICK
                         self.tick(ts)
             if deferred is not None:
@@ -197,6 +196,28 @@ class Router:
         for segment, keys, events in deferred.values():
             many(segment, keys, events)
         deferred.clear()
+
+    def _flush_for_sweep(self, deferred: dict[str, tuple[Segment, list[int], list[Event]]],
+                         by_route: dict[str, tuple[Route, list[int], list[Event]]],
+                         now: float) -> None:
+        """Flush what the sweep at ``now`` reads (``Detection.tick``): every route's
+        staleness, and the alerts of segments idle for ``idle_pair_resolve``.
+
+        The other segments stay deferred: the sweep reads only their ``last_ts``, kept
+        up to date here event by event. On slow traffic (a few requests a second) a minute
+        holds a handful of each segment's requests; judged a minute at a time, each would
+        go request by request, where across minutes they are judged as arrays.
+        """
+        routes = self.evaluator.route_rules_many
+        for route, keys, events in by_route.values():
+            routes(route, keys, events)
+        by_route.clear()
+        idle = self.config.idle_pair_resolve
+        idle_ids = [seg_id for seg_id, (seg, _, _) in deferred.items()
+                 if now - seg.last_ts >= idle]
+        many = self.evaluator.segment_rules_many
+        for seg_id in idle_ids:
+            many(*deferred.pop(seg_id))
 
     def advance(self, ts: float) -> None:
         """Move the detection clock to ``ts``; sweep every minute of it in event mode."""

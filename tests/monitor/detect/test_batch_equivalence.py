@@ -72,11 +72,11 @@ def _outcome(detection: Detection, records: list[Any], changes: dict[str, Any],
 
 
 def _run(groups: list[int] | None, *, batch_min: int = 32,
-         drain_every: int = 2000) -> dict[str, Any]:
+         drain_every: int = 2000, config: DetectionConfig | None = None) -> dict[str, Any]:
     """Feed the traffic one event per call (``groups`` None) or in calls of the given sizes
     (cycled); drain records and snapshot after the first call past every ``drain_every``
     events, as checkpoints do."""
-    detection = Detection(DetectionConfig())
+    detection = Detection(config or DetectionConfig())
     detection.loaded = True
     detection._router.batch_min = batch_min
     events = _events()
@@ -130,6 +130,20 @@ def test_random_groupings_decide_exactly_as_one_event_at_a_time(
     assert batched["changes"] == expected["changes"]
     assert batched["recommendations"] == expected["recommendations"]
     assert batched["snapshot"] == expected["snapshot"]
+
+
+def test_segments_idle_at_a_sweep_inside_a_message_are_judged_before_it() -> None:
+    """A message spans minutes: its segments are judged after its last minute's sweep,
+    except those the sweep finds idle (it resolves their alerts), judged first. With pairs
+    idle after a few seconds, sweeps inside messages resolve alerts of segments that have
+    requests waiting; the records must be those of one request at a time."""
+    config = DetectionConfig(idle_pair_resolve=4.0)
+    expected = _run(None, config=config)
+    assert sum(b"pair idle" in a for a in expected["alerts"]) >= 3, \
+        "the traffic resolves alerts of idle pairs"
+    for groups in ([700], [2500, 31], [4000]):
+        batched = _run(groups, config=config)
+        assert batched == expected, groups
 
 
 def test_large_messages_take_the_vectorised_path(monkeypatch: pytest.MonkeyPatch) -> None:
