@@ -90,12 +90,14 @@ class LogHistogram:
         positive = arr[arr > 0.0]
         self.zeros += n - len(positive)
         if len(positive):
-            keys, counts = np.unique(
-                np.ceil(np.log(positive) * self._inv_log_gamma).astype(np.int64),
-                return_counts=True,
-            )
+            keys = np.ceil(np.log(positive) * self._inv_log_gamma).astype(np.int64)
+            # counted by offset from the lowest key, not np.unique's sort: the keys of a
+            # row's values span a few hundred buckets at most
+            low = int(keys.min())
+            counts = np.bincount(keys - low)
+            present = np.flatnonzero(counts)
             bins = self.bins
-            for key, c in zip(keys.tolist(), counts.tolist(), strict=True):
+            for key, c in zip((present + low).tolist(), counts[present].tolist(), strict=True):
                 bins[key] = bins.get(key, 0) + c
 
     def merge(self, other: LogHistogram) -> None:
@@ -202,6 +204,47 @@ def quantile_of(data: dict[str, Any] | None, q: float) -> float | None:
     return 2.0 * gamma ** (keys[i] if i < len(keys) else max(keys)) / (gamma + 1.0)
 
 
+def merge_json_all(sketches: list[dict[str, Any] | None]) -> dict[str, Any]:
+    """``merge_json`` of the first two, then of that and the third, and so on: the same
+    buckets, counts and float sum (added in that order), with the union sorted once, not
+    at every step (a minute's sketch into its hour, sixty times).
+
+    >>> parts = [LogHistogram() for _ in range(3)]
+    >>> for i, v in enumerate((0.0, 1.0, 5.0, 9.0, 400.0, 5.0)):
+    ...     parts[i % 3].update(v)
+    >>> js = [p.to_json() for p in parts]
+    >>> merge_json_all(js) == merge_json(merge_json(js[0], js[1]), js[2])
+    True
+    """
+    first = sketches[0] or _empty_json()
+    accuracy = first["a"]
+    bins: dict[int, int] = {}
+    get = bins.get
+    zeros, count, total = int(first["z"]), int(first["n"]), float(first["s"])
+    for i, sketch in enumerate(sketches):
+        if not sketch:
+            sketch = _empty_json()
+        if i:
+            if sketch["a"] != accuracy:
+                raise ValueError("cannot merge histograms of different relative accuracy")
+            zeros += int(sketch["z"])
+            count += int(sketch["n"])
+            total += float(sketch["s"])
+        keys, counts = sketch["k"], sketch["c"]
+        if len(keys) != len(counts):
+            raise ValueError("a sketch's keys and counts differ in length")
+        for k, n in zip(keys, counts, strict=True):
+            bins[k] = get(k, 0) + n
+    keys = sorted(bins)
+    return {"a": accuracy, "k": keys, "c": list(map(bins.__getitem__, keys)), "z": zeros,
+            "n": count, "s": total}
+
+
+# merge_json puts the shorter side's buckets into the longer one by bisection when it has at
+# most 1/_FEW as many
+_FEW = 4
+
+
 def _empty_json() -> dict[str, Any]:
     return {"a": DEFAULT_RELATIVE_ACCURACY, "k": [], "c": [], "z": 0, "n": 0, "s": 0.0}
 
@@ -244,6 +287,19 @@ def merge_json(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, 
         keys, counts = kb, cb
     elif ka == kb:
         keys, counts = ka, list(map(add, ca, cb))
+    elif min(len(ka), len(kb)) * _FEW <= max(len(ka), len(kb)):
+        # A few buckets into many (a minute's delta into a stored hour or day): each put in
+        # place in a copy of the longer list, by bisection, not the union rebuilt and sorted.
+        if len(ka) < len(kb):
+            ka, ca, kb, cb = kb, cb, ka, ca
+        keys, counts = list(ka), list(ca)
+        for k, n in zip(kb, cb, strict=True):
+            i = bisect.bisect_left(keys, k)
+            if i < len(keys) and keys[i] == k:
+                counts[i] += n
+            else:
+                keys.insert(i, k)
+                counts.insert(i, n)
     else:
         bins = dict(zip(ka, ca, strict=True))
         get = bins.get

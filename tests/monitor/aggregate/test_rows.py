@@ -47,6 +47,23 @@ def test_merge_json_equals_merging_the_sketches(a: list[float] | None,
     assert ja == _sketch_json(a) and jb == _sketch_json(b)  # the inputs are untouched
 
 
+@given(st.lists(st.floats(min_value=1e-3, max_value=1e9, allow_nan=False), min_size=40,
+                max_size=400), st.lists(st.floats(min_value=0.0, max_value=1e9,
+                                                  allow_nan=False), max_size=8),
+       st.booleans())
+def test_a_few_buckets_merged_into_many_equal_merging_the_sketches(
+        many: list[float], few: list[float], few_first: bool) -> None:
+    # a minute's delta into a stored hour: the short side goes in by bisection
+    ja, jb = _sketch_json(many), _sketch_json(few)
+    if few_first:
+        ja, jb = jb, ja
+    expected = LogHistogram.from_json(ja)
+    expected.merge(LogHistogram.from_json(jb))
+    got = merge_json(ja, jb)
+    assert orjson.dumps(got) == orjson.dumps(expected.to_json())
+    assert ja == _sketch_json(few if few_first else many)  # the inputs are untouched
+
+
 def test_merge_json_refuses_what_merge_refuses() -> None:
     with pytest.raises(ValueError, match="relative accuracy"):
         merge_json(LogHistogram(0.05).to_json(), _sketch([1.0]).to_json())
@@ -115,6 +132,28 @@ def test_a_stored_row_with_null_columns_adds_as_from_row_reads_it(
     expected = BucketStats.from_row(stored)
     expected.merge(BucketStats.from_row(delta))
     assert orjson.dumps(BUCKET_ROWS.add(stored, delta)) == orjson.dumps(expected.to_row())
+
+
+@pytest.mark.parametrize(("cls", "adder"), [(BucketStats, BUCKET_ROWS),
+                                            (SliceStats, SLICE_ROWS)])
+@settings(max_examples=100)
+@given(st.lists(st.lists(events, max_size=12), min_size=2, max_size=8), st.data())
+def test_many_rows_added_at_once_equal_adding_them_one_by_one(
+        cls: type, adder: RowAdder, parts: list[list[dict[str, Any]]], data: Any) -> None:
+    # fold_chunks adds an hour's minute rows in one pass: the bytes stored must not change
+    rows = [_filled(cls, ps, 100 * i).to_row() for i, ps in enumerate(parts)]
+    for row in data.draw(st.lists(st.sampled_from(rows), max_size=2)):
+        # rows written before the v1.1 columns existed, among them
+        row.update((name, None) for name in ("successes", "gpu_seconds", "per_position",
+                                             "itl_p50_ms") if name in row)
+    expected = rows[0]
+    for row in rows[1:]:
+        expected = adder.add(expected, row)
+    before = orjson.dumps(rows)
+    assert orjson.dumps(adder.add_all(rows)) == orjson.dumps(expected)
+    assert orjson.dumps(rows) == before  # the inputs are untouched
+    with pytest.raises(ValueError, match="at least two"):
+        adder.add_all(rows[:1])
 
 
 def test_fresh_stats_are_zero_in_every_column() -> None:

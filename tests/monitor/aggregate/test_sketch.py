@@ -64,3 +64,15 @@ def test_quantile_of_the_json_form_equals_the_sketchs(values: list[float], q: fl
     h.extend(values)
     assert quantile_of(h.to_json(), q) == h.quantile(q)
     assert quantile_of(LogHistogram.from_json(h.to_json()).to_json(), q) == h.quantile(q)
+
+
+@given(st.lists(st.one_of(st.just(0.0), st.floats(min_value=0.0, max_value=1e10,
+                                                     allow_nan=False)), max_size=400))
+def test_extend_counts_what_update_counts(values: list[float]) -> None:
+    # extend() counts 16 values or more by bincount: the same buckets as one update() each
+    one_by_one, at_once = LogHistogram(), LogHistogram()
+    for v in values:
+        one_by_one.update(v)
+    at_once.extend(values)
+    assert at_once == one_by_one
+    assert at_once.total == pytest.approx(one_by_one.total)
