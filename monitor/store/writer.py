@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 from sqlalchemy import Connection, delete, insert, select, update
 
-from monitor.aggregate.bucket import BUCKET_ROWS, BucketStats
+from monitor.aggregate.bucket import BUCKET_ROWS, BucketStats, rows_of
 from monitor.aggregate.series import SeriesKey
 from monitor.alert_record import AlertRecord
 from monitor.store.alerting import write_alerting
@@ -161,9 +161,11 @@ def fold_chunks(
         finest = True
         for gran, size in GRANULARITIES.items():
             parts: dict[tuple[SeriesRef, int], list[Row]] = {}
+            if finest:  # the block's minute deltas to rows, their latencies folded at once
+                made = iter(rows_of([item for ref in part for _, item in level[ref]]))
             for ref in part:
                 for ts, item in level[ref]:
-                    row = item.to_row() if finest else item
+                    row = next(made) if finest else item
                     k = (ref, ts - ts % size)
                     same = parts.get(k)
                     if same is None:
