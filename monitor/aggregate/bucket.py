@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 from array import array
-from operator import attrgetter, itemgetter
 from collections.abc import Sequence
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
