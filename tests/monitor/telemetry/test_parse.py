@@ -537,8 +537,9 @@ def test_only_rfc3339_timestamps_are_accepted(ts: str) -> None:
        st.sampled_from(["", ".{ms:03d}", ".{us:06d}"]), st.integers(0, 999))
 def test_timestamps_read_exactly_as_fromisoformat(when: datetime, fraction: str,
                                                   other_ms: int) -> None:
-    """A second read before is worked out from its cached start: the same float, to the bit,
-    as fromisoformat + timestamp(), first read or cached, and for another millisecond of it."""
+    """A minute read before is worked out from its cached start: the same float, to the bit,
+    as fromisoformat + timestamp(), first read or cached, and for another second and
+    millisecond of it."""
     second = when.strftime("%Y-%m-%dT%H:%M:%S")
     text = second + fraction.format(ms=when.microsecond // 1000, us=when.microsecond) + "Z"
     want = datetime.fromisoformat(text).timestamp()
@@ -546,12 +547,22 @@ def test_timestamps_read_exactly_as_fromisoformat(when: datetime, fraction: str,
     assert _read_ts_text(text) == want
     other = f"{second}.{other_ms:03d}Z"
     assert _read_ts_text(other) == datetime.fromisoformat(other).timestamp()
+    other_second = f"{second[:-2]}{(when.second + other_ms) % 60:02d}.{other_ms:03d}Z"
+    assert _read_ts_text(other_second) == datetime.fromisoformat(other_second).timestamp()
+    for bad in (f"{second[:-2]}60Z", f"{second[:-2]}6Z", f"{second[:-2]}5xZ"):
+        # a leap second is RFC 3339 (read as the next second), the others are not
+        assert _read_ts_text(bad) == _read_rfc3339_reference(bad)
     # a fraction of other digits than ASCII's: the cached second reads it as no cache would
     odd = f"{second}.{other_ms:03d}".replace("0", "\u0660").replace("1", "\u0661")
     odd = second + odd[len(second):] + "Z"
     cached = _read_ts_text(odd)
-    parse_module._SECONDS.clear()
+    parse_module._MINUTES.clear()
     assert _read_ts_text(odd) == cached
+
+
+def _read_rfc3339_reference(text: str) -> float | None:
+    """What the validator reads without any cache (parse._read_rfc3339)."""
+    return parse_module._read_rfc3339(text)
 
 
 def test_truncated_pretty_printed_object_is_one_rejection() -> None:
