@@ -77,6 +77,8 @@ class RowAdder:
         at least two rows."""
         if len(rows) < 2:
             raise ValueError("add_all needs at least two rows")
+        if len(rows) == 2:
+            return self.add(rows[0], rows[1])  # its shortcuts for one empty sketch
         ints, floats = self._ints, self._floats
         int_columns = zip(*(_zeroed(ints(r), 0) for r in rows), strict=True)
         # sum() adds floats left to right, from its start: the order add() keeps

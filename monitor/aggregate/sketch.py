@@ -289,9 +289,8 @@ def merge_json_all(sketches: list[dict[str, Any] | None]) -> dict[str, Any]:
     """
     first = sketches[0] or _empty_json()
     accuracy = first["a"]
-    bins: dict[int, int] = {}
-    get = bins.get
     zeros, count, total = int(first["z"]), int(first["n"]), float(first["s"])
+    filled = []  # (keys, counts) of the sketches with buckets
     for i, sketch in enumerate(sketches):
         if not sketch:
             sketch = _empty_json()
@@ -304,11 +303,19 @@ def merge_json_all(sketches: list[dict[str, Any] | None]) -> dict[str, Any]:
         keys, counts = sketch["k"], sketch["c"]
         if len(keys) != len(counts):
             raise ValueError("a sketch's keys and counts differ in length")
-        for k, n in zip(keys, counts, strict=True):
-            bins[k] = get(k, 0) + n
-    keys = sorted(bins)
-    return {"a": accuracy, "k": keys, "c": list(map(bins.__getitem__, keys)), "z": zeros,
-            "n": count, "s": total}
+        if keys:
+            filled.append((keys, counts))
+    if len(filled) < 2:  # shared, as merge_json shares the one side with buckets
+        keys, counts = filled[0] if filled else ([], [])
+    else:
+        bins: dict[int, int] = {}
+        get = bins.get
+        for keys, counts in filled:
+            for k, n in zip(keys, counts, strict=True):
+                bins[k] = get(k, 0) + n
+        keys = sorted(bins)
+        counts = list(map(bins.__getitem__, keys))
+    return {"a": accuracy, "k": keys, "c": counts, "z": zeros, "n": count, "s": total}
 
 
 # merge_json puts the shorter side's buckets into the longer one by bisection when it has at
