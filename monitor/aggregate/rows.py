@@ -70,7 +70,6 @@ class RowAdder:
             out[name] = merge_json(a[name], b[name])
         return out
 
-
     def add_all(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """``add(add(rows[0], rows[1]), rows[2])`` and so on, in one pass: the same values
         (float sums added in the rows' order) without an intermediate row per step. Needs

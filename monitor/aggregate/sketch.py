@@ -20,6 +20,9 @@ DEFAULT_RELATIVE_ACCURACY = 0.01
 # LogHistogram.extend cuts this many values or more with numpy (its float sum pairwise),
 # fewer in Python (the sum left to right)
 EXTEND_NUMPY_FROM = 16
+# merge_json puts the shorter side's buckets into the longer one by bisection when it has at
+# most 1/_FEW as many
+_FEW = 4
 # relative accuracy -> (gamma, 1 / log gamma), for from_json
 _CONSTANTS: dict[float, tuple[float, float]] = {}
 
@@ -316,11 +319,6 @@ def merge_json_all(sketches: list[dict[str, Any] | None]) -> dict[str, Any]:
         keys = sorted(bins)
         counts = list(map(bins.__getitem__, keys))
     return {"a": accuracy, "k": keys, "c": counts, "z": zeros, "n": count, "s": total}
-
-
-# merge_json puts the shorter side's buckets into the longer one by bisection when it has at
-# most 1/_FEW as many
-_FEW = 4
 
 
 def _empty_json() -> dict[str, Any]:

@@ -200,8 +200,8 @@ class Router:
     def _flush_for_sweep(self, deferred: dict[str, tuple[Segment, list[int], list[Event]]],
                          by_route: dict[str, tuple[Route, list[int], list[Event]]],
                          now: float) -> None:
-        """Flush what the sweep at ``now`` reads (``Detection.tick``): every route's
-        staleness, and the alerts of segments idle for ``idle_pair_resolve``.
+        """Flush what the sweep at ``now`` reads (``Detection.tick``): every route (its
+        staleness), and the segments idle for ``idle_pair_resolve`` (their alerts).
 
         The other segments stay deferred: the sweep reads only their ``last_ts``, kept
         up to date here event by event. On slow traffic (a few requests a second) a minute
@@ -214,7 +214,7 @@ class Router:
         by_route.clear()
         idle = self.config.idle_pair_resolve
         idle_ids = [seg_id for seg_id, (seg, _, _) in deferred.items()
-                 if now - seg.last_ts >= idle]
+                    if now - seg.last_ts >= idle]
         many = self.evaluator.segment_rules_many
         for seg_id in idle_ids:
             many(*deferred.pop(seg_id))
