@@ -687,13 +687,16 @@ def _plain_params(value: dict[str, Any] | list[Any], depth: int) -> bool:
     return True
 
 
-# "YYYY-MM-DDTHH:MM:" -> its Unix seconds, for texts of that minute read before: traffic
-# sends many events a minute, and fromisoformat + timestamp() cost 0.5 us an event. A minute,
-# not a second: at a few requests a second, half of them would be a second's first.
+# "YYYY-MM-DDTHH:MM:SS" -> its Unix seconds, for texts of that second read before: traffic
+# sends many events a second, and fromisoformat + timestamp() cost 0.5 us an event.
+_SECONDS: dict[str, int] = {}
+_SECONDS_MAX = 4096
+# "YYYY-MM-DDTHH:MM:" -> its Unix seconds, for a second not read before in a minute that was:
+# at a few requests a second, half of them are a second's first.
 _MINUTES: dict[str, int] = {}
 _MINUTES_MAX = 4096
-# the seconds of a minute ("00" to "59"), -> milliseconds
-_SECONDS = {f"{i:02d}": 1000 * i for i in range(60)}
+# the seconds of a minute ("00" to "59")
+_OF_MINUTE = {f"{i:02d}": i for i in range(60)}
 # what may follow the seconds, -> milliseconds (ASCII digits only, as fromisoformat reads)
 _FRACTIONS = {"Z": 0, **{f".{i:03d}Z": i for i in range(1000)}}
 
@@ -702,18 +705,25 @@ def _read_ts_text(text: str) -> float | None:
     """Unix seconds of an RFC 3339 ``ts``, or ``None`` when it is not one.
 
     Fast path for the usual "2026-11-02T14:03:07[.fff]Z": given that shape, fromisoformat
-    only succeeds on RFC 3339 (tests check this). Anything else takes the regex. A minute
-    read before, with no fraction or milliseconds, is worked out from its cached start:
-    ``timestamp()`` divides the microseconds since the epoch by 10**6, correctly rounded,
-    and ``(minute * 1000 + millis) / 1000`` is the same quotient, rounded the same way.
+    only succeeds on RFC 3339 (tests check this). Anything else takes the regex. A second,
+    or a minute, read before, with no fraction or milliseconds, is worked out from its
+    cached start: ``timestamp()`` divides the microseconds since the epoch by 10**6,
+    correctly rounded, and ``(seconds * 1000 + millis) / 1000`` is the same quotient,
+    rounded the same way.
     """
     millis = _FRACTIONS.get(text[19:])
     if millis is not None:
-        minute = _MINUTES.get(text[:17])
-        if minute is not None:
-            seconds = _SECONDS.get(text[17:19])
-            if seconds is not None:
-                return (minute * 1000 + seconds + millis) / 1000
+        whole = _SECONDS.get(text[:19])
+        if whole is None:
+            minute = _MINUTES.get(text[:17])
+            second = _OF_MINUTE.get(text[17:19])
+            if minute is not None and second is not None:
+                whole = minute + second
+                if len(_SECONDS) >= _SECONDS_MAX:
+                    _SECONDS.clear()
+                _SECONDS[text[:19]] = whole
+        if whole is not None:
+            return (whole * 1000 + millis) / 1000
     if text[4:17:3] == "--T::" and text[-1] == "Z" and (
         len(text) == 20 or len(text) > 21 and text[19] == "."
     ):
@@ -722,10 +732,16 @@ def _read_ts_text(text: str) -> float | None:
         except (ValueError, OverflowError):
             pass
         else:
-            if millis is not None:  # a minute's start is read, and remembered, once
+            if millis is not None:  # a minute's and a second's start, read once
                 if len(_MINUTES) >= _MINUTES_MAX:
                     _MINUTES.clear()
-                _MINUTES[text[:17]] = int(_fromisoformat(text[:16] + ":00Z").timestamp())
+                minute = _MINUTES[text[:17]] = int(
+                    _fromisoformat(text[:16] + ":00Z").timestamp())
+                second = _OF_MINUTE.get(text[17:19])
+                if second is not None:
+                    if len(_SECONDS) >= _SECONDS_MAX:
+                        _SECONDS.clear()
+                    _SECONDS[text[:19]] = minute + second
             return ts
     return _read_rfc3339(text)
 
