@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from operator import attrgetter, itemgetter
 from typing import Any
 
@@ -313,11 +313,15 @@ class BucketStats(OutcomeRates):
 
     def to_row(self) -> dict[str, Any]:
         """Column values for the store (sketches and per-position counts as JSON)."""
+        return self._row(map(LogHistogram.to_json, self._written()))
+
+    def _row(self, sketches: Iterable[dict[str, Any]]) -> dict[str, Any]:
+        """:meth:`to_row` with the sketches' JSON given (``rows_of`` folds them at once)."""
         counters, floats, _, _ = _BY_ATTR  # one C-level getter per group
         row: dict[str, Any] = dict(zip(COUNTERS, counters(self), strict=True))
         row.update(zip(FLOATS, floats(self), strict=True))
         row["per_position"] = list(self.per_position)
-        row.update(zip(SKETCHES, map(LogHistogram.to_json, self._written()), strict=True))
+        row.update(zip(SKETCHES, sketches, strict=True))
         return row
 
     @classmethod
@@ -382,15 +386,4 @@ def rows_of(stats: Sequence[BucketStats]) -> list[dict[str, Any]]:
         columns.append(extended_json(column[present],
                                      np.bincount(owner[present], minlength=len(unread))))
     sketches = iter(zip(*columns, strict=True))
-    counters, floats, _, _ = _BY_ATTR
-    rows = []
-    for s in stats:
-        if s._sketches is not None:
-            rows.append(s.to_row())
-            continue
-        row: dict[str, Any] = dict(zip(COUNTERS, counters(s), strict=True))
-        row.update(zip(FLOATS, floats(s), strict=True))
-        row["per_position"] = list(s.per_position)
-        row.update(zip(SKETCHES, next(sketches), strict=True))
-        rows.append(row)
-    return rows
+    return [s.to_row() if s._sketches is not None else s._row(next(sketches)) for s in stats]

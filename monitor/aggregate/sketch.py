@@ -263,7 +263,8 @@ def extended_json(values: np.ndarray, sizes: np.ndarray,
             if lo < hi:
                 out_keys[g] = found_keys[lo:hi]
                 out_counts[g] = found_counts[lo:hi]
-    flat = values.tolist()
+    # Python floats only for the small groups' sums (the large ones are summed by numpy)
+    flat = values.tolist() if (sizes < EXTEND_NUMPY_FROM).any() else []
     out = []
     start = 0
     for g, n in enumerate(sizes_list):
