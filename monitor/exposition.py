@@ -22,19 +22,25 @@ from __future__ import annotations
 
 import heapq
 import threading
+import time
 import weakref
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter
-from prometheus_client.metrics_core import GaugeMetricFamily, Metric, SummaryMetricFamily
+from prometheus_client import CollectorRegistry
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+    SummaryMetricFamily,
+)
 from prometheus_client.registry import Collector
 
 from monitor.aggregate.bucket import BucketStats
 from monitor.aggregate.series import SeriesKey
-from monitor.aggregate.sketch import LogHistogram
+from monitor.aggregate.sketch import LogHistogram, PackedHistogram
 from monitor.detect.acceptance import DROP, RISE, OverdispersedCusum
 from monitor.detect.engine import Detection
 from monitor.detect.segments import Segment
@@ -48,6 +54,7 @@ __all__ = [
     "DetectionCollector",
     "DetectionView",
     "LatencyWindow",
+    "PairCounters",
     "RollupCounters",
     "SegmentRow",
     "snapshot_view",
@@ -86,30 +93,47 @@ class RollupCounters:
     """
 
     def __init__(self, registry: CollectorRegistry, window_minutes: int = WINDOW_MINUTES) -> None:
-        self.drafted = Counter(
-            "specwatch_drafted_tokens",
-            "Drafted tokens counted, per model pair (exact: follows committed checkpoints).",
-            PAIR_LABELS, registry=registry,
-        )
-        self.accepted = Counter(
-            "specwatch_accepted_tokens",
-            "Accepted draft tokens counted, per model pair (exact: follows committed "
-            "checkpoints).",
-            PAIR_LABELS, registry=registry,
-        )
-        self.requests = Counter(
-            "specwatch_requests",
-            "Requests counted, per model pair and status (ok, error: any other status).",
-            (*PAIR_LABELS, "status"), registry=registry,
-        )
+        self.pairs = PairCounters()
+        registry.register(self.pairs)
         self.latency = LatencyWindow(window_minutes)
         registry.register(self.latency)
 
     def observe(self, cp: Checkpoint) -> None:
         """Add one committed checkpoint's rollup deltas (the pipeline's ``on_commit``)."""
-        # Summed per pair first: one counter update per pair and checkpoint, not per minute.
+        self.pairs.observe(cp.rollups)
+        self.latency.observe(cp.rollups)
+
+
+# (metric name, help) of PairCounters' counters, in the order of their sums
+_PAIR_COUNTERS = (
+    ("specwatch_drafted_tokens",
+     "Drafted tokens counted, per model pair (exact: follows committed checkpoints)."),
+    ("specwatch_accepted_tokens",
+     "Accepted draft tokens counted, per model pair (exact: follows committed checkpoints)."),
+    ("specwatch_requests",
+     "Requests counted, per model pair and status (ok, error: any other status)."),
+)
+
+
+class PairCounters(Collector):
+    """The counters per model pair: drafted and accepted tokens, requests by status.
+
+    One list of sums per pair, rendered at scrape. A prometheus_client ``Counter`` child
+    per pair and counter (four a pair, each with its own lock) held about 2.4 KB a pair;
+    at thousands of pairs that was more than the detectors of the pair's series. The
+    samples are the same: ``_total`` and ``_created`` (when the pair was first counted).
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        # (route, target model, draft model) -> [drafted, accepted, ok, errors, created]
+        self._sums: dict[tuple[str, str, str], list[Any]] = {}
+
+    def observe(self, rollups: Mapping[tuple[SeriesKey, int], BucketStats]) -> None:
+        # Summed per pair first: one update per pair and checkpoint, not per minute.
         pairs: dict[tuple[str, str, str], list[int]] = {}
-        for (key, _minute), stats in cp.rollups.items():
+        for (key, _minute), stats in rollups.items():
             pair = (key.route, key.target_model, key.draft_model)
             sums = pairs.get(pair)
             if sums is None:
@@ -118,13 +142,40 @@ class RollupCounters:
             sums[1] += stats.accepted_tokens
             sums[2] += stats.requests - stats.errors
             sums[3] += stats.errors
-        for pair, (drafted, accepted, ok, errors) in pairs.items():
-            # inc(0) still creates the series: both statuses exist from a pair's first request
-            self.drafted.labels(*pair).inc(drafted)
-            self.accepted.labels(*pair).inc(accepted)
-            self.requests.labels(*pair, "ok").inc(ok)
-            self.requests.labels(*pair, "error").inc(errors)
-        self.latency.observe(cp.rollups)
+        if not pairs:
+            return
+        now = self._clock()
+        with self._lock:
+            held = self._sums
+            for pair, (drafted, accepted, ok, errors) in pairs.items():
+                mine = held.get(pair)
+                if mine is None:
+                    # both statuses exist from a pair's first request, zero or not
+                    held[pair] = [drafted, accepted, ok, errors, now]
+                else:
+                    mine[0] += drafted
+                    mine[1] += accepted
+                    mine[2] += ok
+                    mine[3] += errors
+
+    def _families(self) -> list[CounterMetricFamily]:
+        return [CounterMetricFamily(name, doc, labels=[*PAIR_LABELS, "status"]
+                                    if name == "specwatch_requests" else PAIR_LABELS)
+                for name, doc in _PAIR_COUNTERS]
+
+    def describe(self) -> list[Metric]:
+        return list(self._families())
+
+    def collect(self) -> Iterator[Metric]:
+        drafted, accepted, requests = families = self._families()
+        with self._lock:
+            for pair, (d, a, ok, errors, created) in self._sums.items():
+                labels = list(pair)
+                drafted.add_metric(labels, float(d), created=created)
+                accepted.add_metric(labels, float(a), created=created)
+                requests.add_metric([*labels, "ok"], float(ok), created=created)
+                requests.add_metric([*labels, "error"], float(errors), created=created)
+        yield from families
 
 
 # (metric name, BucketStats sketch, factor to base units, help)
@@ -156,8 +207,10 @@ class LatencyWindow(Collector):
             raise ValueError("minutes must be >= 1")
         self.minutes = minutes
         self._lock = threading.Lock()
-        # route -> minute bucket start -> one sketch per _LATENCIES entry
-        self._window: dict[str, dict[int, list[LogHistogram]]] = {}
+        # route -> minute bucket start -> one sketch per _LATENCIES entry; a minute before
+        # the newest is packed (at thousands of routes, these sketches were most of the
+        # daemon's memory per route), unpacked again only if a late delta comes for it
+        self._window: dict[str, dict[int, list[LogHistogram] | list[PackedHistogram]]] = {}
         # route -> [count, sum] per _LATENCIES entry, in base units, since start
         self._totals: dict[str, list[list[float]]] = {}
         # route -> per _LATENCIES entry, its window's QUANTILES; merging every minute's sketch
@@ -185,15 +238,18 @@ class LatencyWindow(Collector):
                     total[1] += sketch.total * factor
                 if minute < oldest:
                     continue  # a late minute already out of the window
-                slot = self._window.setdefault(route, {}).get(minute)
+                minutes = self._window.setdefault(route, {})
+                slot = minutes.get(minute)
                 if slot is None:
                     # own copies: the checkpoint's sketches are not ours to keep or change
-                    slot = self._window[route][minute] = [
-                        LogHistogram(s.relative_accuracy) for s in sketches
-                    ]
+                    slot = minutes[minute] = [LogHistogram(s.relative_accuracy)
+                                              for s in sketches]
+                elif type(slot[0]) is PackedHistogram:
+                    slot = minutes[minute] = [p.unpacked() for p in slot]  # type: ignore[union-attr]
                 for mine, theirs in zip(slot, sketches, strict=True):
-                    mine.merge(theirs)
+                    mine.merge(theirs)  # type: ignore[union-attr]
                 self._quantiles.pop(route, None)
+            newest = self._newest
             for route in list(self._window):
                 minutes = self._window[route]
                 expired = [m for m in minutes if m < oldest]
@@ -203,6 +259,10 @@ class LatencyWindow(Collector):
                     del minutes[minute]
                 if not minutes:
                     del self._window[route]
+                    continue
+                for minute, slot in minutes.items():
+                    if minute < newest and type(slot[0]) is LogHistogram:
+                        minutes[minute] = [PackedHistogram.of(h) for h in slot]  # type: ignore[arg-type]
 
     def _families(self) -> list[SummaryMetricFamily]:
         return [SummaryMetricFamily(name, doc.format(m=self.minutes), labels=["route"])
@@ -235,9 +295,13 @@ class LatencyWindow(Collector):
         for i in range(len(_LATENCIES)):
             merged: LogHistogram | None = None
             for sketches in minutes.values():
+                sketch = sketches[i]
                 if merged is None:
-                    merged = LogHistogram(sketches[i].relative_accuracy)
-                merged.merge(sketches[i])
+                    merged = LogHistogram(sketch.relative_accuracy)
+                if type(sketch) is PackedHistogram:
+                    sketch.add_to(merged)
+                else:
+                    merged.merge(sketch)  # type: ignore[arg-type]
             out.append(tuple(None if merged is None else merged.quantile(q)
                              for q in QUANTILES))
         return out

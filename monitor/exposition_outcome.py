@@ -21,10 +21,13 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.registry import Collector
 
 from monitor.aggregate.bucket import BucketStats
+from monitor.aggregate.outcome import OutcomeRates, cost_per_success
 from monitor.aggregate.series import SeriesKey
+from monitor.aggregate.sketch import LogHistogram, PackedHistogram
 from monitor.store.checkpoint import MINUTE, Checkpoint
 
-__all__ = ["DEFAULT_MAX_SERIES", "OUTCOMES", "WINDOW_MINUTES", "OutcomeCollector", "PairOutcome"]
+__all__ = ["DEFAULT_MAX_SERIES", "OUTCOMES", "WINDOW_MINUTES", "Minute", "OutcomeCollector",
+           "OutcomeCounts", "PairOutcome"]
 
 DEFAULT_MAX_SERIES = 1000
 WINDOW_MINUTES = 5
@@ -40,58 +43,137 @@ OUTCOMES: dict[str, tuple[str, str, str]] = {
 Pair = tuple[str, str, str]
 
 
-def _copy(stats: BucketStats) -> BucketStats:
-    # own copies: the checkpoint's statistics are not ours to keep or change
-    mine = BucketStats()
-    mine.merge(stats)
-    return mine
+# What the window reads of a minute's latencies: the requests' own inter-token gaps.
+GAPS = ("itl_p50_ms", "itl_p99_ms")
+# The counts the counters and gauges read (OutcomeRates' names), summed exactly as
+# BucketStats sums them.
+COUNTS = ("requests", "successes", "outcome_ok_true", "outcome_ok_reported",
+          "schema_valid_true", "schema_valid_reported", "tool_calls_valid_true",
+          "tool_calls_valid_reported", "gpu_reported_requests", "gpu_seconds")
+
+
+class OutcomeCounts(OutcomeRates):
+    """The counts of a pair (since start, or over a minute) that ``/metrics`` reads, and
+    nothing else: a :class:`BucketStats` kept for them held every other counter, the
+    per-position counts and five latency sketches, for thousands of pairs.
+
+    >>> from monitor.telemetry.event import Event
+    >>> b = BucketStats()
+    >>> b.update(Event("r1", 0.0, "code", "ok", "t", "r", "tok", output_tokens=9,
+    ...          e2e_ms=500.0, gpu_seconds=2.0))
+    >>> c = OutcomeCounts()
+    >>> c.add(b)
+    >>> c.add(b)
+    >>> c.requests, c.success_rate, c.successes_per_gpu_second, c.cost_per_success(3.6)
+    (2, 1.0, 0.5, 0.002)
+    """
+
+    __slots__ = COUNTS
+
+    def __init__(self) -> None:
+        for name in COUNTS:
+            setattr(self, name, 0)
+        self.gpu_seconds = 0.0
+
+    def add(self, other: BucketStats | OutcomeCounts) -> None:
+        for name in COUNTS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def cost_per_success(self, price_per_gpu_hour: float | None) -> float | None:
+        return cost_per_success(self.gpu_seconds_per_success, price_per_gpu_hour)
+
+
+@dataclass
+class Minute:
+    """One minute of a pair's window: its counts and the two gap sketches, the only
+    latencies the gauges read; once the minute is closed, the sketches are packed. Own
+    copies: a checkpoint's statistics are not ours to keep or change."""
+
+    counts: OutcomeCounts = field(default_factory=OutcomeCounts)
+    gaps: tuple[LogHistogram, ...] | tuple[PackedHistogram, ...] = field(
+        default_factory=lambda: tuple(LogHistogram() for _ in GAPS))
+
+    def add(self, stats: BucketStats) -> None:
+        self.counts.add(stats)
+        self.merge_gaps(tuple(getattr(stats, name) for name in GAPS))
+
+    def merge(self, other: Minute) -> None:
+        self.counts.add(other.counts)
+        self.merge_gaps(other.gaps)
+
+    def merge_gaps(self, gaps: tuple[LogHistogram, ...] | tuple[PackedHistogram, ...]) -> None:
+        if self.packed:
+            self.gaps = tuple(g.unpacked() for g in self.gaps)  # type: ignore[union-attr]
+        for mine, theirs in zip(self.gaps, gaps, strict=True):
+            if type(theirs) is PackedHistogram:
+                theirs.add_to(mine)  # type: ignore[arg-type]
+            else:
+                mine.merge(theirs)  # type: ignore[arg-type]
+
+    @property
+    def packed(self) -> bool:
+        return type(self.gaps[0]) is PackedHistogram
+
+    def pack(self) -> None:
+        if not self.packed:
+            self.gaps = tuple(PackedHistogram.of(g) for g in self.gaps)  # type: ignore[arg-type]
 
 
 @dataclass
 class PairOutcome:
-    """One pair: everything since start, and the minute buckets of the window.
+    """One pair: its counts since start, and the minute buckets of the window.
+
+    Only what the gauges read is kept: counts since start, and per minute the counts and
+    the inter-token gap sketches (packed once the minute is closed). A pair's latency
+    distribution since start and the other sketches of each minute would never be read;
+    at thousands of pairs they were most of the exposition's memory.
 
     >>> from monitor.telemetry.event import Event
     >>> b = BucketStats()
     >>> b.update(Event("r1", 0.0, "code", "ok", "t", "r", "tok", output_tokens=9, e2e_ms=500.0,
-    ...          gpu_seconds=2.0))
+    ...          gpu_seconds=2.0, itl_p50_ms=12.0))
     >>> p = PairOutcome()
     >>> p.update(60, b, oldest=0)
-    >>> p.total.successes, p.window_stats().successes_per_gpu_second
+    >>> p.total.successes, p.window_stats().counts.successes_per_gpu_second
     (1, 0.5)
+    >>> p.window_stats().gaps[0].quantile(0.5)
+    12.0
     """
 
-    total: BucketStats = field(default_factory=BucketStats)
-    window: dict[int, BucketStats] = field(default_factory=dict)
+    total: OutcomeCounts = field(default_factory=OutcomeCounts)
+    window: dict[int, Minute] = field(default_factory=dict)
     newest: int = 0  # newest minute bucket seen: what "most recently active" orders by
     # The window merged, until the window changes: a scrape merged every pair's minutes (with
     # their sketches) under the lock the checkpoint waits for, though most had not changed.
-    _merged: BucketStats | None = field(default=None, repr=False, compare=False)
+    _merged: Minute | None = field(default=None, repr=False, compare=False)
 
     def update(self, minute: int, stats: BucketStats, *, oldest: int) -> None:
-        self.total.merge(stats)
+        self.total.add(stats)
         self.newest = max(self.newest, minute)
         if minute < oldest:
             return  # a late minute already out of the window
         self._merged = None
         slot = self.window.get(minute)
         if slot is None:
-            self.window[minute] = _copy(stats)
-        else:
-            slot.merge(stats)
+            slot = self.window[minute] = Minute()
+        slot.add(stats)
 
-    def expire(self, oldest: int) -> None:
+    def expire(self, oldest: int, newest: int) -> None:
+        """Forget the minutes before ``oldest``; pack those before ``newest`` (closed)."""
         for minute in [m for m in self.window if m < oldest]:
             del self.window[minute]
             self._merged = None
+        for minute, slot in self.window.items():
+            if minute < newest:
+                slot.pack()
 
-    def window_stats(self) -> BucketStats:
-        """The window's buckets merged (empty when the pair was silent all window); kept
+    def window_stats(self) -> Minute:
+        """The window's minutes merged (empty when the pair was silent all window); kept
         until the window changes, so not to be changed by the caller."""
         if self._merged is None:
-            merged = BucketStats()
-            for stats in self.window.values():
-                merged.merge(stats)
+            merged = Minute()
+            for minute in self.window.values():
+                merged.merge(minute)
             self._merged = merged
         return self._merged
 
@@ -157,7 +239,7 @@ class OutcomeCollector(Collector):
                     held = self._pairs[pair] = PairOutcome()
                 held.update(minute, stats, oldest=oldest)
             for held in self._pairs.values():
-                held.expire(oldest)
+                held.expire(oldest, self._newest)
 
     def exported(self) -> list[tuple[Pair, PairOutcome]]:
         """The ``max_series`` most recently active pairs, in label order."""
@@ -242,12 +324,14 @@ class OutcomeCollector(Collector):
                                          float(total.gpu_reported_requests))
             f["gpu_requests"].add_metric([*labels, "estimated"],
                                          float(total.requests - total.gpu_reported_requests))
-            window = held.window_stats()
+            merged = held.window_stats()
+            window = merged.counts
             gauges = {"success_ratio": window.success_rate,
                       "per_gpu": window.successes_per_gpu_second,
                       "cost": window.cost_per_success(self.price_per_gpu_hour)}
-            for q, name in ((0.5, "itl_p50"), (0.99, "itl_p99")):
-                v = getattr(window, name + "_ms").quantile(q)
+            for q, name, gaps in zip((0.5, 0.99), ("itl_p50", "itl_p99"), merged.gaps,
+                                     strict=True):
+                v = gaps.quantile(q)
                 gauges[name] = None if v is None else v / 1000.0
             for name, value in gauges.items():
                 if value is not None:

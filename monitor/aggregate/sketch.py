@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+from array import array
 from operator import add
 from typing import Any
 
@@ -180,6 +181,70 @@ class LogHistogram:
 
     def __repr__(self) -> str:
         return f"LogHistogram(count={self.count}, buckets={len(self.bins)})"
+
+
+class PackedHistogram:
+    """A :class:`LogHistogram` that no longer changes, its buckets in one array (keys, then
+    counts): a third of the memory or less (16 bytes a bucket, against a dict entry and
+    often an int object), for sketches held long and read rarely, like the closed minutes
+    of ``/metrics``' windows (per route or pair, metric and minute). Empty ones share one
+    array.
+
+    >>> h = LogHistogram()
+    >>> for v in (0.0, 3.0, 3.0, 250.0):
+    ...     h.update(v)
+    >>> p = PackedHistogram.of(h)
+    >>> p.count, p.unpacked() == h
+    (4, True)
+    >>> g = LogHistogram()
+    >>> p.add_to(g)
+    >>> p.add_to(g)
+    >>> g.count, g.bins == {k: 2 * n for k, n in h.bins.items()}
+    (8, True)
+    """
+
+    __slots__ = ("relative_accuracy", "buckets", "zeros", "count", "total")
+
+    def __init__(self, relative_accuracy: float, buckets: array, zeros: int, count: int,
+                 total: float) -> None:
+        self.relative_accuracy = relative_accuracy
+        self.buckets = buckets
+        self.zeros = zeros
+        self.count = count
+        self.total = total
+
+    @classmethod
+    def of(cls, h: LogHistogram) -> PackedHistogram:
+        bins = h.bins
+        if not bins:
+            return cls(h.relative_accuracy, _NO_BUCKETS, h.zeros, h.count, h.total)
+        keys = sorted(bins)
+        # from one list: an array grown by extend keeps room to grow
+        buckets = array("q", [*keys, *map(bins.__getitem__, keys)])
+        return cls(h.relative_accuracy, buckets, h.zeros, h.count, h.total)
+
+    def add_to(self, h: LogHistogram) -> None:
+        """``h.merge(self.unpacked())`` without building the dict."""
+        if h.relative_accuracy != self.relative_accuracy:
+            raise ValueError("cannot merge histograms of different relative accuracy")
+        buckets = self.buckets
+        n = len(buckets) // 2
+        bins = h.bins
+        get = bins.get
+        for key, c in zip(itertools.islice(buckets, n), itertools.islice(buckets, n, None),
+                          strict=True):
+            bins[key] = get(key, 0) + c
+        h.zeros += self.zeros
+        h.count += self.count
+        h.total += self.total
+
+    def unpacked(self) -> LogHistogram:
+        h = LogHistogram(self.relative_accuracy)
+        self.add_to(h)
+        return h
+
+
+_NO_BUCKETS = array("q")  # shared by every empty PackedHistogram: never changed
 
 
 def quantile_of(data: dict[str, Any] | None, q: float) -> float | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
+import tracemalloc
 from collections import defaultdict
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -16,7 +17,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from alerts.metrics import AlertMetrics
 from monitor.aggregate.bucket import BucketStats
-from monitor.aggregate.sketch import LogHistogram
+from monitor.aggregate.sketch import LogHistogram, PackedHistogram
 from monitor.config import DetectionConfig, IngestConfig
 from monitor.deadletter import CountingDeadLetter
 from monitor.detect.engine import Detection, Segment
@@ -25,6 +26,7 @@ from monitor.exposition import (
     SEGMENT_LABELS,
     DetectionCollector,
     DetectionView,
+    PairCounters,
     RollupCounters,
     snapshot_view,
 )
@@ -370,6 +372,77 @@ def _timeless(text: bytes) -> list[bytes]:
     return [ln for ln in text.splitlines() if b"_created{" not in ln]
 
 
+def test_pair_counters_sum_checkpoints_and_hold_a_few_hundred_bytes_a_pair() -> None:
+    clock = iter(range(1000, 2000))
+    pairs = PairCounters(clock=lambda: float(next(clock)))
+    registry = CollectorRegistry()
+    registry.register(pairs)
+    first = _latency_checkpoint(range(3), 0, 0)
+    pairs.observe(first.rollups)
+    pairs.observe(_latency_checkpoint(range(2, 4), 1, 100).rollups)
+    get = registry.get_sample_value
+    for r, (requests, created) in {0: (3, 1000.0), 2: (6, 1000.0), 3: (3, 1001.0)}.items():
+        pair = {"route": f"r{r}", "target_model": "t", "draft_model": "d"}
+        assert get("specwatch_requests_total", {**pair, "status": "ok"}) == requests
+        assert get("specwatch_requests_total", {**pair, "status": "error"}) == 0
+        assert get("specwatch_drafted_tokens_total", pair) == 40 * requests
+        assert get("specwatch_accepted_tokens_total", pair) == 24 * requests
+        assert get("specwatch_requests_created", {**pair, "status": "error"}) == created
+        assert get("specwatch_drafted_tokens_created", pair) == created
+    # memory: a Counter child per pair and counter held about 2.4 KB a pair
+    many = PairCounters()
+    key = next(iter(first.rollups))[0]
+    deltas = {(key._replace(route=f"route-{i}"), 0): BucketStats() for i in range(2000)}
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        many.observe(deltas)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held / 2000 < 600
+
+
+def test_closed_minutes_are_packed_and_late_deltas_still_count_in_them() -> None:
+    # Every minute before the newest is held packed; a late delta for one is merged into
+    # it: the quantiles are those of one window fed everything at once.
+    checkpoints = [_latency_checkpoint(range(4), minute, 1000 * minute) for minute in range(4)]
+    late = [_latency_checkpoint(range(1, 3), minute, 9000 + 100 * minute)
+            for minute in (1, 2)]
+    registry = CollectorRegistry()
+    counters = RollupCounters(registry)
+    for cp in [*checkpoints, *late]:
+        counters.observe(cp)
+    window = counters.latency._window
+    for route in (f"r{r}" for r in range(4)):
+        assert sorted(window[route]) == [0, 60, 120, 180]
+        assert {type(s) for m in (0, 60, 120) for s in window[route][m]} == {PackedHistogram}
+        assert {type(s) for s in window[route][180]} == {LogHistogram}
+    at_once = CollectorRegistry()
+    everything = Checkpoint("replay", rollups={})
+    for cp in [*checkpoints, *late]:
+        for key, stats in cp.rollups.items():
+            if key in everything.rollups:
+                everything.rollups[key].merge(stats)
+            else:
+                everything.rollups[key] = stats
+    RollupCounters(at_once).observe(everything)
+    def quantiles(text: bytes) -> list[bytes]:
+        return [ln for ln in text.splitlines() if b'quantile="' in ln]
+
+    assert quantiles(generate_latest(registry)) == quantiles(generate_latest(at_once))
+    assert len(quantiles(generate_latest(at_once))) == 4 * 3 * 2
+    for route in ("r0", "r1"):
+        expected = LogHistogram()
+        for (key, _), stats in everything.rollups.items():
+            if key.route == route:
+                expected.merge(stats.ttft_ms)
+        for q in (0.5, 0.99):
+            assert registry.get_sample_value(
+                "specwatch_ttft_seconds", {"route": route, "quantile": f"{q:g}"}
+            ) == expected.quantile(q) * 1e-3
+
+
 def test_a_scrape_merges_the_latency_window_of_changed_routes_only(
         monkeypatch: pytest.MonkeyPatch) -> None:
     checkpoints = [_latency_checkpoint(range(20), minute, 1000 * minute)
@@ -379,13 +452,18 @@ def test_a_scrape_merges_the_latency_window_of_changed_routes_only(
     for cp in checkpoints:
         counters.observe(cp)
     merges: list[int] = []
-    real_merge = LogHistogram.merge
+    real_merge, real_add = LogHistogram.merge, PackedHistogram.add_to
 
     def counted(self: LogHistogram, other: LogHistogram) -> None:
         merges.append(1)
         real_merge(self, other)
 
+    def counted_packed(self: PackedHistogram, other: LogHistogram) -> None:
+        merges.append(1)  # a closed minute, packed: merged into the window's sketch
+        real_add(self, other)
+
     monkeypatch.setattr(LogHistogram, "merge", counted)
+    monkeypatch.setattr(PackedHistogram, "add_to", counted_packed)
     first = generate_latest(registry)
     assert len(merges) == 20 * 3 * 4  # every route's three sketches over four minutes
     merges.clear()

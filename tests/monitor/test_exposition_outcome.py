@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from monitor.aggregate.bucket import BucketStats
+from monitor.aggregate.sketch import LogHistogram
 from monitor.config import IngestConfig
 from monitor.deadletter import CountingDeadLetter
-from monitor.exposition_outcome import OutcomeCollector
+from monitor.exposition_outcome import Minute, OutcomeCollector
 from monitor.metrics import IngestMetrics
 from monitor.pipeline import Pipeline
 from monitor.sources.replay import replay
@@ -138,6 +138,41 @@ def test_a_silent_pair_keeps_its_counters_but_loses_its_ratios() -> None:
         sum(e.success for e in new) / 10)
 
 
+def test_a_pair_keeps_counts_since_start_and_only_the_packed_gap_sketches_of_its_window() -> None:
+    # The gauges read counts since start and, over the window, the inter-token gaps: a pair's
+    # whole latency distribution since start, or its minutes' other sketches, would only be
+    # memory (at thousands of pairs, most of the exposition's).
+    rng = random.Random(9)
+    registry, collector = _registry(window_minutes=5)
+    events = [_event(i, T0 + 30.0 * i, rng) for i in range(40)]  # 20 minutes
+    _feed(collector, events, per_checkpoint=3)
+    generate_latest(registry)  # a scrape merges the window
+    ((_, held),) = collector.exported()
+    assert held.total.requests == len(events)
+    assert not hasattr(held.total, "ttft_ms") and not hasattr(held.total, "itl_p50_ms")
+    assert sorted(held.window) == [T0 + 60 * m for m in range(15, 20)]
+    # closed minutes packed, the newest open
+    assert [held.window[T0 + 60 * m].packed for m in range(15, 20)] == [True] * 4 + [False]
+    # late requests for a closed (packed) minute count in it
+    late = [_event(100 + i, T0 + 16 * 60 + i, rng) for i in range(3)]
+    _feed(collector, late)
+    assert held.window[T0 + 16 * 60].packed  # packed again once merged
+    recent = [e for e in events + late if e.ts >= T0 + 15 * 60]
+    merged = held.window_stats()
+    assert merged.counts.requests == len(recent)
+    for gaps, name, q in zip(merged.gaps, ("itl_p50_ms", "itl_p99_ms"), (0.5, 0.99),
+                             strict=True):
+        expected = LogHistogram()
+        for e in recent:
+            expected.update(getattr(e, name))
+        assert gaps.count == len(recent)
+        assert gaps.quantile(q) == expected.quantile(q)
+    assert registry.get_sample_value("specwatch_itl_p99_seconds", PAIR) == (
+        merged.gaps[1].quantile(0.99) / 1000.0)
+    assert registry.get_sample_value("specwatch_task_success_ratio", PAIR) == pytest.approx(
+        sum(e.success for e in recent) / len(recent))
+
+
 def test_pairs_are_bounded_by_max_series_most_recent_first() -> None:
     rng = random.Random(5)
     registry, collector = _registry(max_series=2)
@@ -231,13 +266,13 @@ def test_a_scrape_merges_the_window_of_changed_pairs_only(
     for cp in checkpoints:
         collector.observe(cp)
     merges: list[int] = []
-    real_merge = BucketStats.merge
+    real_merge = Minute.merge
 
-    def counted(self: BucketStats, other: BucketStats) -> None:
+    def counted(self: Minute, other: Minute) -> None:
         merges.append(1)
         real_merge(self, other)
 
-    monkeypatch.setattr(BucketStats, "merge", counted)
+    monkeypatch.setattr(Minute, "merge", counted)
     first = generate_latest(registry)
     assert len(merges) == 12 * 3  # every pair's three minutes
     merges.clear()
