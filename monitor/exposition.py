@@ -6,8 +6,9 @@ live detector:
 
 - :class:`RollupCounters` follows the exact rollups one *committed* checkpoint at a time (the
   pipeline's ``on_commit`` hook): the pair counters only ever hold what the store holds, and
-  a checkpoint that failed or was fenced adds nothing. prometheus_client's counters are
-  thread-safe; the latency window behind them takes a lock.
+  a checkpoint that failed or was fenced adds nothing. The pair counters
+  (:class:`PairCounters`) and the latency window (:class:`LatencyWindow`) each take a lock
+  around a checkpoint's update and around a scrape.
 - :func:`snapshot_view` copies, on the pipeline thread after each checkpoint, what the
   segment gauges show into a frozen :class:`DetectionView`; :class:`DetectionCollector`
   renders whichever view was published last. Publishing is one attribute assignment, atomic
