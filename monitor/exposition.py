@@ -41,7 +41,7 @@ from prometheus_client.registry import Collector
 
 from monitor.aggregate.bucket import BucketStats
 from monitor.aggregate.series import SeriesKey
-from monitor.aggregate.sketch import LogHistogram, PackedHistogram
+from monitor.aggregate.sketch import LogHistogram, MinuteSketches, merge_into
 from monitor.detect.acceptance import DROP, RISE, OverdispersedCusum
 from monitor.detect.engine import Detection
 from monitor.detect.segments import Segment
@@ -211,7 +211,7 @@ class LatencyWindow(Collector):
         # route -> minute bucket start -> one sketch per _LATENCIES entry; a minute before
         # the newest is packed (at thousands of routes, these sketches were most of the
         # daemon's memory per route), unpacked again only if a late delta comes for it
-        self._window: dict[str, dict[int, list[LogHistogram] | list[PackedHistogram]]] = {}
+        self._window: dict[str, dict[int, MinuteSketches]] = {}
         # route -> [count, sum] per _LATENCIES entry, in base units, since start
         self._totals: dict[str, list[list[float]]] = {}
         # route -> per _LATENCIES entry, its window's QUANTILES; merging every minute's sketch
@@ -243,12 +243,9 @@ class LatencyWindow(Collector):
                 slot = minutes.get(minute)
                 if slot is None:
                     # own copies: the checkpoint's sketches are not ours to keep or change
-                    slot = minutes[minute] = [LogHistogram(s.relative_accuracy)
-                                              for s in sketches]
-                elif type(slot[0]) is PackedHistogram:
-                    slot = minutes[minute] = [p.unpacked() for p in slot]  # type: ignore[union-attr]
-                for mine, theirs in zip(slot, sketches, strict=True):
-                    mine.merge(theirs)  # type: ignore[union-attr]
+                    slot = minutes[minute] = MinuteSketches(s.relative_accuracy
+                                                            for s in sketches)
+                slot.merge(sketches)
                 self._quantiles.pop(route, None)
             newest = self._newest
             for route in list(self._window):
@@ -262,8 +259,8 @@ class LatencyWindow(Collector):
                     del self._window[route]
                     continue
                 for minute, slot in minutes.items():
-                    if minute < newest and type(slot[0]) is LogHistogram:
-                        minutes[minute] = [PackedHistogram.of(h) for h in slot]  # type: ignore[arg-type]
+                    if minute < newest:
+                        slot.pack()
 
     def _families(self) -> list[SummaryMetricFamily]:
         return [SummaryMetricFamily(name, doc.format(m=self.minutes), labels=["route"])
@@ -299,10 +296,7 @@ class LatencyWindow(Collector):
                 sketch = sketches[i]
                 if merged is None:
                     merged = LogHistogram(sketch.relative_accuracy)
-                if type(sketch) is PackedHistogram:
-                    sketch.add_to(merged)
-                else:
-                    merged.merge(sketch)  # type: ignore[arg-type]
+                merge_into(merged, sketch)
             out.append(tuple(None if merged is None else merged.quantile(q)
                              for q in QUANTILES))
         return out

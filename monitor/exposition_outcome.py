@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector
 from monitor.aggregate.bucket import BucketStats
 from monitor.aggregate.outcome import OutcomeRates, cost_per_success
 from monitor.aggregate.series import SeriesKey
-from monitor.aggregate.sketch import LogHistogram, PackedHistogram
+from monitor.aggregate.sketch import DEFAULT_RELATIVE_ACCURACY, MinuteSketches
 from monitor.store.checkpoint import MINUTE, Checkpoint
 
 __all__ = ["DEFAULT_MAX_SERIES", "OUTCOMES", "WINDOW_MINUTES", "Minute", "OutcomeCollector",
@@ -90,33 +90,23 @@ class Minute:
     copies: a checkpoint's statistics are not ours to keep or change."""
 
     counts: OutcomeCounts = field(default_factory=OutcomeCounts)
-    gaps: tuple[LogHistogram, ...] | tuple[PackedHistogram, ...] = field(
-        default_factory=lambda: tuple(LogHistogram() for _ in GAPS))
+    gaps: MinuteSketches = field(
+        default_factory=lambda: MinuteSketches(DEFAULT_RELATIVE_ACCURACY for _ in GAPS))
 
     def add(self, stats: BucketStats) -> None:
         self.counts.add(stats)
-        self.merge_gaps(tuple(getattr(stats, name) for name in GAPS))
+        self.gaps.merge(getattr(stats, name) for name in GAPS)
 
     def merge(self, other: Minute) -> None:
         self.counts.add(other.counts)
-        self.merge_gaps(other.gaps)
-
-    def merge_gaps(self, gaps: tuple[LogHistogram, ...] | tuple[PackedHistogram, ...]) -> None:
-        if self.packed:
-            self.gaps = tuple(g.unpacked() for g in self.gaps)  # type: ignore[union-attr]
-        for mine, theirs in zip(self.gaps, gaps, strict=True):
-            if type(theirs) is PackedHistogram:
-                theirs.add_to(mine)  # type: ignore[arg-type]
-            else:
-                mine.merge(theirs)  # type: ignore[arg-type]
+        self.gaps.merge(other.gaps)
 
     @property
     def packed(self) -> bool:
-        return type(self.gaps[0]) is PackedHistogram
+        return self.gaps.packed
 
     def pack(self) -> None:
-        if not self.packed:
-            self.gaps = tuple(PackedHistogram.of(g) for g in self.gaps)  # type: ignore[arg-type]
+        self.gaps.pack()
 
 
 @dataclass

@@ -12,6 +12,7 @@ import bisect
 import itertools
 import math
 from array import array
+from collections.abc import Iterable, Iterator
 from operator import add
 from typing import Any
 
@@ -245,6 +246,61 @@ class PackedHistogram:
 
 
 _NO_BUCKETS = array("q")  # shared by every empty PackedHistogram: never changed
+
+
+def merge_into(target: LogHistogram, other: LogHistogram | PackedHistogram) -> None:
+    """``target.merge(other)``, ``other`` packed or not."""
+    if type(other) is PackedHistogram:
+        other.add_to(target)
+    else:
+        target.merge(other)  # type: ignore[arg-type]
+
+
+class MinuteSketches:
+    """A few sketches of one minute, held long: merged into while the minute is open,
+    packed (:class:`PackedHistogram`) once it is closed, unpacked again only for a late
+    delta. Iterates and indexes as its sketches.
+
+    >>> m = MinuteSketches((0.01, 0.01))
+    >>> h = LogHistogram()
+    >>> h.update(5.0)
+    >>> m.merge((h, h))
+    >>> m.pack()
+    >>> m.packed, [s.count for s in m]
+    (True, [1, 1])
+    >>> m.merge((h, LogHistogram()))  # late: unpacked, merged
+    >>> m.packed, m[0].count
+    (False, 2)
+    """
+
+    __slots__ = ("_sketches",)
+
+    def __init__(self, accuracies: Iterable[float]) -> None:
+        self._sketches: tuple[LogHistogram, ...] | tuple[PackedHistogram, ...] = tuple(
+            LogHistogram(a) for a in accuracies)
+
+    @property
+    def packed(self) -> bool:
+        return type(self._sketches[0]) is PackedHistogram
+
+    def merge(self, others: Iterable[LogHistogram | PackedHistogram]) -> None:
+        if self.packed:
+            self._sketches = tuple(p.unpacked() for p in self._sketches)  # type: ignore[union-attr]
+        for mine, theirs in zip(self._sketches, others, strict=True):
+            merge_into(mine, theirs)  # type: ignore[arg-type]
+
+    def pack(self) -> None:
+        if not self.packed:
+            self._sketches = tuple(PackedHistogram.of(h) for h in self._sketches)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[LogHistogram | PackedHistogram]:
+        return iter(self._sketches)
+
+    def __getitem__(self, i: int) -> LogHistogram | PackedHistogram:
+        return self._sketches[i]
+
+    def __len__(self) -> int:
+        return len(self._sketches)
 
 
 def quantile_of(data: dict[str, Any] | None, q: float) -> float | None:
