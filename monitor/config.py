@@ -324,8 +324,18 @@ class LifecycleConfig(Frozen):
         return v
 
     def timing(self, rule: str) -> tuple[float, float, float]:
-        """(min_firing, keep_firing_for, repeat_interval) in force for ``rule``."""
-        o = self.rules.get(rule) or RuleTimingConfig()
+        """(min_firing, keep_firing_for, repeat_interval) in force for ``rule``.
+
+        >>> LifecycleConfig(rules={"telemetry_stale": {"min_firing": 60}}).timing("telemetry_stale")
+        (60.0, 600.0, 14400.0)
+        >>> LifecycleConfig().timing("telemetry_stale")
+        (0.0, 600.0, 14400.0)
+        """
+        o = self.rules.get(rule)
+        if o is None:
+            # Asked for every open alert whenever the lifecycle looks for a due timer (once
+            # per condition change): no model built per call.
+            return self.min_firing, self.keep_firing_for, self.repeat_interval
         return (
             self.min_firing if o.min_firing is None else o.min_firing,
             self.keep_firing_for if o.keep_firing_for is None else o.keep_firing_for,
