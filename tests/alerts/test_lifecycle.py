@@ -858,6 +858,29 @@ def test_batching_with_restarts_does_not_change_what_is_sent(seed: int) -> None:
     assert c.key() == one_at_a_time(records, end).key()
 
 
+def test_one_late_advance_over_many_groups_decides_each_timer_at_its_own_time() -> None:
+    # 40 routes, each firing, resolving and firing again at its own offsets: their timers
+    # (group_wait, keep_firing_for, group_interval, reminders) interleave across groups.
+    rng = random.Random(5)
+    records = []
+    for n in range(40):
+        route, t0 = f"r{n:02d}", rng.uniform(0, 600)
+        cleared = t0 + rng.uniform(60, 1200)
+        records += [rec("firing", t0, route=route), rec("resolved", cleared, route=route),
+                    rec("firing", cleared + rng.uniform(0, 900), route=route)]
+    end = 6 * HOUR
+    stepped = drive(fresh(cfg(repeat_interval=HOUR)), records, end)
+    late = fresh(cfg(repeat_interval=HOUR))
+    late.update(records)
+    once = late.advance(T0 + end)
+    assert [n.to_json() for n in once] == [n.to_json() for n in stepped]
+    assert [(n.at, n.key) for n in once] == sorted(
+        ((n.at, n.key) for n in once), key=lambda k: (k[0], k[1].rsplit("-", 1)[0]))
+    kinds = Counter((i.status, i.repeat) for n in once for i in n.items)
+    assert kinds[("firing", False)] >= 40 and kinds[("firing", True)] >= 40
+    assert kinds[("resolved", False)] >= 1
+
+
 def test_a_timer_that_would_not_move_on_cannot_hang_the_lifecycle(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
