@@ -557,11 +557,11 @@ class Lifecycle:
         heapq.heapify(heap)
         while heap:
             d = heap[0][0]
-            due: list[str] = []
+            due: list[str] = []             # popped by (deadline, group id): in id order
             while heap and heap[0][0] == d:
                 due.append(heapq.heappop(heap)[1])
             self._now = d
-            for gid in sorted(due):
+            for gid in due:
                 g = self._groups[gid]
                 for a in g.ordered():
                     self._decide(g, a, d)
