@@ -39,9 +39,14 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
-from monitor.aggregate.bucket import BucketStats
+from monitor.aggregate.bucket import SKETCHES, BucketStats
 from monitor.aggregate.series import SeriesKey
-from monitor.aggregate.sketch import LogHistogram, MinuteSketches, merge_into
+from monitor.aggregate.sketch import (
+    DEFAULT_RELATIVE_ACCURACY,
+    LogHistogram,
+    MinuteSketches,
+    merge_into,
+)
 from monitor.detect.acceptance import DROP, RISE, OverdispersedCusum
 from monitor.detect.engine import Detection
 from monitor.detect.segments import Segment
@@ -192,6 +197,7 @@ _LATENCIES = (
      "quantiles over the last {m} minutes of event time, count and sum since start."),
 )
 
+_LATENCY_COLUMNS = tuple(SKETCHES.index(attr) for _, attr, _, _ in _LATENCIES)
 
 class LatencyWindow(Collector):
     """Per route, the latency sketches of the newest minute buckets, as summaries.
@@ -220,33 +226,35 @@ class LatencyWindow(Collector):
         self._newest: int | None = None
 
     def observe(self, rollups: Mapping[tuple[SeriesKey, int], BucketStats]) -> None:
-        # Reading a sketch folds the bucket's buffered values in: pipeline thread, no lock.
-        deltas = [(key.route, int(minute), [getattr(stats, s) for _, s, _, _ in _LATENCIES])
-                  for (key, minute), stats in rollups.items()]
+        deltas = [(key.route, int(minute), stats) for (key, minute), stats in rollups.items()]
         if not deltas:
             return
+        none = (None,) * len(_LATENCIES)
         with self._lock:
             newest = max(minute for _, minute, _ in deltas)
             if self._newest is None or newest > self._newest:
                 self._newest = newest
             oldest = self._newest - (self.minutes - 1) * MINUTE
-            for route, minute, sketches in deltas:
+            for route, minute, stats in deltas:
                 totals = self._totals.setdefault(route, [[0, 0.0] for _ in _LATENCIES])
-                for total, sketch, (_, _, factor, _) in zip(
-                    totals, sketches, _LATENCIES, strict=True
+                if minute < oldest:  # a late minute already out of the window: totals only
+                    targets: tuple[LogHistogram | None, ...] = none
+                else:
+                    minutes = self._window.setdefault(route, {})
+                    slot = minutes.get(minute)
+                    if slot is None:
+                        slot = minutes[minute] = MinuteSketches(
+                            DEFAULT_RELATIVE_ACCURACY for _ in _LATENCIES)
+                    targets = slot.opened()
+                    self._quantiles.pop(route, None)
+                # Merged from the delta's buffered values: no sketch built per delta (nor
+                # folded into it: the checkpoint's statistics are not ours to change).
+                merged = stats.merge_sketches(_LATENCY_COLUMNS, targets)
+                for total, (count, value_sum), (_, _, factor, _) in zip(
+                    totals, merged, _LATENCIES, strict=True
                 ):
-                    total[0] += sketch.count
-                    total[1] += sketch.total * factor
-                if minute < oldest:
-                    continue  # a late minute already out of the window
-                minutes = self._window.setdefault(route, {})
-                slot = minutes.get(minute)
-                if slot is None:
-                    # own copies: the checkpoint's sketches are not ours to keep or change
-                    slot = minutes[minute] = MinuteSketches(s.relative_accuracy
-                                                            for s in sketches)
-                slot.merge(sketches)
-                self._quantiles.pop(route, None)
+                    total[0] += count
+                    total[1] += value_sum * factor
             newest = self._newest
             for route in list(self._window):
                 minutes = self._window[route]

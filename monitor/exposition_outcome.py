@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from monitor.aggregate.bucket import BucketStats
+from monitor.aggregate.bucket import SKETCHES, BucketStats
 from monitor.aggregate.outcome import OutcomeRates, cost_per_success
 from monitor.aggregate.series import SeriesKey
 from monitor.aggregate.sketch import DEFAULT_RELATIVE_ACCURACY, MinuteSketches
@@ -45,6 +45,7 @@ Pair = tuple[str, str, str]
 
 # What the window reads of a minute's latencies: the requests' own inter-token gaps.
 GAPS = ("itl_p50_ms", "itl_p99_ms")
+_GAP_COLUMNS = tuple(SKETCHES.index(name) for name in GAPS)
 # The counts the counters and gauges read (OutcomeRates' names), summed exactly as
 # BucketStats sums them.
 COUNTS = ("requests", "successes", "outcome_ok_true", "outcome_ok_reported",
@@ -95,7 +96,7 @@ class Minute:
 
     def add(self, stats: BucketStats) -> None:
         self.counts.add(stats)
-        self.gaps.merge(getattr(stats, name) for name in GAPS)
+        stats.merge_sketches(_GAP_COLUMNS, self.gaps.opened())
 
     def merge(self, other: Minute) -> None:
         self.counts.add(other.counts)
@@ -213,11 +214,8 @@ class OutcomeCollector(Collector):
     def update(self, rollups: Mapping[tuple[SeriesKey, int], BucketStats]) -> None:
         if not rollups:
             return
-        # Reading a sketch folds the bucket's buffered values in: pipeline thread, no lock.
         deltas = [((key.route, key.target_model, key.draft_model), int(minute), stats)
                   for (key, minute), stats in rollups.items()]
-        for _, _, stats in deltas:
-            stats.itl_p50_ms  # noqa: B018 - flushes every buffered sketch before the lock
         with self._lock:
             newest = max(minute for _, minute, _ in deltas)
             if self._newest is None or newest > self._newest:

@@ -12,7 +12,7 @@ import numpy as np
 
 from monitor.aggregate.outcome import OutcomeRates, cost_per_success
 from monitor.aggregate.rows import RowAdder, add_lists
-from monitor.aggregate.sketch import LogHistogram, extended_json
+from monitor.aggregate.sketch import LogHistogram, extended_json, merge_extended, merge_into
 from monitor.telemetry.event import Event
 
 # Telemetry v1.1: task outcome (each rate counts only the requests that report it).
@@ -234,6 +234,40 @@ class BucketStats(OutcomeRates):
         out = tuple(LogHistogram() for _ in SKETCHES)
         self._fold_into(out)
         return out
+
+    def merge_sketches(self, indices: Sequence[int],
+                       targets: Sequence[LogHistogram | None]) -> list[tuple[int, float]]:
+        """Merge sketch ``indices[i]`` (of ``SKETCHES``) into ``targets[i]`` (None: none),
+        and return each one's count and sum. A bucket whose sketches were never read is
+        left so: its buffered values go into the targets directly (:func:`merge_extended`),
+        with the same result as merging the sketches it would build. ``/metrics`` merges
+        every delta of a checkpoint into a route's or pair's minute, and building five
+        sketches a delta to merge two or three was most of that.
+
+        >>> from monitor.telemetry.event import Event
+        >>> a, b = BucketStats(), BucketStats()
+        >>> for x in (a, b):
+        ...     x.update(Event("r", 0.0, "c", "ok", "t", "r", "tok", output_tokens=9, e2e_ms=80.0,
+        ...                    ttft_ms=20.0))
+        >>> h, g = LogHistogram(), LogHistogram()
+        >>> a.merge_sketches((0, 1), (h, None))
+        [(1, 20.0), (1, 80.0)]
+        >>> g.merge(b.ttft_ms)
+        >>> h.to_json() == g.to_json(), a._sketches is None
+        (True, True)
+        """
+        if self._sketches is not None:
+            sketches = self._flush()
+            out = []
+            for j, target in zip(indices, targets, strict=True):
+                sketch = sketches[j]
+                if target is not None:
+                    merge_into(target, sketch)
+                out.append((sketch.count, sketch.total))
+            return out
+        columns = buffered_columns(self._values) if self._values else [[]] * _WIDTH
+        return [merge_extended(target, columns[j])
+                for j, target in zip(indices, targets, strict=True)]
 
     @property
     def ttft_ms(self) -> LogHistogram:

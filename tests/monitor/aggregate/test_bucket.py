@@ -241,3 +241,42 @@ def test_rows_folded_at_once_are_the_rows_folded_one_by_one(
     expected = [orjson.dumps(b.to_row()) for b in stats]
     assert [orjson.dumps(row) for row in rows_of(stats)] == expected
     assert [orjson.dumps(b.to_row()) for b in stats] == expected  # nothing folded for good
+
+
+_POSITIVE = st.floats(min_value=1e-3, max_value=1e6, allow_nan=False)
+_LATENCY = st.one_of(st.none(), st.just(0.0), _POSITIVE)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.tuples(_LATENCY, _POSITIVE, _LATENCY), max_size=40), max_size=6),
+       st.lists(st.booleans(), min_size=6, max_size=6),
+       st.lists(st.integers(0, 4), min_size=1, max_size=5, unique=True))
+def test_merge_sketches_equals_merging_the_built_sketches_to_the_bit(
+        buckets: list[list[tuple[float | None, ...]]], read: list[bool], columns: list[int]
+) -> None:
+    # /metrics merges a checkpoint's deltas this way: into one target per column, some
+    # deltas read before (their sketches built), most never; the targets must come out as
+    # if every delta's sketches had been built and merged, sums included, to the bit.
+    from monitor.aggregate.bucket import SKETCHES
+    from monitor.aggregate.sketch import LogHistogram
+
+    direct = [LogHistogram() for _ in columns]
+    built = [LogHistogram() for _ in columns]
+    for i, values in enumerate(buckets):
+        a, b = BucketStats(), BucketStats()
+        for j, (ttft, e2e, p50) in enumerate(values):
+            e = Event(f"r{i}-{j}", 0.0, "c", "ok", "t", "r", "tok", output_tokens=9,
+                      ttft_ms=ttft, e2e_ms=e2e, itl_p50_ms=p50, itl_p99_ms=p50)
+            a.update(e)
+            b.update(e)
+        if read[i]:
+            a.ttft_ms  # noqa: B018 - builds its sketches before the merge
+        got = a.merge_sketches(columns, direct)
+        want = []
+        for target, j in zip(built, columns, strict=True):
+            sketch = getattr(b, SKETCHES[j])
+            target.merge(sketch)
+            want.append((sketch.count, sketch.total))
+        assert got == want
+        assert (a._sketches is None) == (not read[i])
+    assert [h.to_json() for h in direct] == [h.to_json() for h in built]
