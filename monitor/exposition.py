@@ -199,6 +199,7 @@ _LATENCIES = (
 
 _LATENCY_COLUMNS = tuple(SKETCHES.index(attr) for _, attr, _, _ in _LATENCIES)
 
+
 class LatencyWindow(Collector):
     """Per route, the latency sketches of the newest minute buckets, as summaries.
 

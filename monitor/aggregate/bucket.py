@@ -12,7 +12,7 @@ import numpy as np
 
 from monitor.aggregate.outcome import OutcomeRates, cost_per_success
 from monitor.aggregate.rows import RowAdder, add_lists
-from monitor.aggregate.sketch import LogHistogram, extended_json, merge_extended, merge_into
+from monitor.aggregate.sketch import LogHistogram, extended_json, merge_extended
 from monitor.telemetry.event import Event
 
 # Telemetry v1.1: task outcome (each rate counts only the requests that report it).
@@ -262,7 +262,7 @@ class BucketStats(OutcomeRates):
             for j, target in zip(indices, targets, strict=True):
                 sketch = sketches[j]
                 if target is not None:
-                    merge_into(target, sketch)
+                    target.merge(sketch)
                 out.append((sketch.count, sketch.total))
             return out
         columns = buffered_columns(self._values) if self._values else [[]] * _WIDTH

@@ -80,12 +80,9 @@ class LogHistogram:
         n = len(values)
         if n < EXTEND_NUMPY_FROM:
             # update() inlined: the same sums in the same order, without a call per value.
-            total = self.total
-            for v in values:
-                total += v
-            self.zeros += _bin_few(self.bins, self._inv_log_gamma, values)
+            zeros, self.total = _bin_few(self.bins, self._inv_log_gamma, values, self.total)
+            self.zeros += zeros
             self.count += n
-            self.total = total
             return
         arr = np.asarray(values, dtype=np.float64)
         self.count += n
@@ -243,17 +240,20 @@ class PackedHistogram:
 _NO_BUCKETS = array("q")  # shared by every empty PackedHistogram: never changed
 
 
-def _bin_few(bins: dict[int, int], inv_log_gamma: float, values: list[float]) -> int:
+def _bin_few(bins: dict[int, int], inv_log_gamma: float, values: list[float],
+             total: float) -> tuple[int, float]:
     """Count ``values`` into ``bins`` as ``update`` buckets each, a few at a time (no
-    numpy); returns how many were zero (or below)."""
+    numpy); returns how many were zero (or below), and ``total`` plus the values added
+    left to right."""
     zeros = 0
     for v in values:
+        total += v
         if v <= 0.0:
             zeros += 1
             continue
         key = math.ceil(math.log(v) * inv_log_gamma)
         bins[key] = bins.get(key, 0) + 1
-    return zeros
+    return zeros, total
 
 
 def merge_extended(target: LogHistogram | None, values: list[float]) -> tuple[int, float]:
@@ -277,13 +277,16 @@ def merge_extended(target: LogHistogram | None, values: list[float]) -> tuple[in
         if target is not None:
             target.merge(h)
         return h.count, h.total
-    total = 0.0  # summed as extend sums into a new sketch: from 0.0, left to right
-    for v in values:
-        total += v
-    if target is not None and n:
-        target.zeros += _bin_few(target.bins, target._inv_log_gamma, values)
-        target.count += n
-        target.total += total
+    if target is None or not n:
+        total = 0.0
+        for v in values:
+            total += v
+        return n, total
+    # summed as extend sums into a new sketch (from 0.0, left to right), then added
+    zeros, total = _bin_few(target.bins, target._inv_log_gamma, values, 0.0)
+    target.zeros += zeros
+    target.count += n
+    target.total += total
     return n, total
 
 

@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monitor.aggregate.bucket import BucketStats
+from monitor.aggregate.bucket import SKETCHES, BucketStats
 from monitor.aggregate.series import series_key
+from monitor.aggregate.sketch import LogHistogram
 from monitor.telemetry.event import Event
 
 
@@ -257,9 +258,6 @@ def test_merge_sketches_equals_merging_the_built_sketches_to_the_bit(
     # /metrics merges a checkpoint's deltas this way: into one target per column, some
     # deltas read before (their sketches built), most never; the targets must come out as
     # if every delta's sketches had been built and merged, sums included, to the bit.
-    from monitor.aggregate.bucket import SKETCHES
-    from monitor.aggregate.sketch import LogHistogram
-
     direct = [LogHistogram() for _ in columns]
     built = [LogHistogram() for _ in columns]
     for i, values in enumerate(buckets):
