@@ -39,6 +39,9 @@ class Summary:
             self.inclusive[frame] += count
 
 
+NO_FRAMES = "(no Python frame)"
+
+
 def _names_process(frame: str) -> bool:
     return frame.startswith("process ")
 
@@ -58,10 +61,12 @@ def summarise(lines: Iterable[str], process: str | None = None,
         line = line.rstrip("\n")
         if not line.strip():
             continue
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
+        stack, sep, count = line.rpartition(" ")
+        if not sep or not count.isdigit():
             raise ValueError(f"line {number}: not 'frame;...;frame COUNT': {line[:80]!r}")
-        frames = stack.split(";")
+        # py-spy writes " N" for samples it caught outside any Python frame (a C call it
+        # could not attribute): time all the same, so it counts under a name of its own
+        frames = stack.split(";") if stack else [NO_FRAMES]
         if process is not None and not any(
             process in f for f in itertools.takewhile(_names_process, frames)
         ):

@@ -271,10 +271,11 @@ class OverdispersedCusum(Detector):
         self._n = 0  # drafted requests seen, all phases
         self._ts_first: float | None = None
         self._ts_last: float | None = None
-        # warm-up: the requests, raw; int64 arrays (8 bytes a count, where a list of
-        # Python ints took 8 and, above 256, an object of 28 more: up to 8,000 of each)
-        self._warm_a = array("q")
-        self._warm_d = array("q")
+        # warm-up: the requests, raw; int32 arrays (4 bytes a count, where a list of
+        # Python ints took 8 and, above 256, an object of 28 more: up to 8,000 of each),
+        # int64 once a count needs it (_widen)
+        self._warm_a = _counts()
+        self._warm_d = _counts()
         self._warm_tokens = 0
         # the baseline: rho, its sums, its histogram (the reference for theta)
         self._rho = 0.0
@@ -458,6 +459,8 @@ class OverdispersedCusum(Detector):
             self._warm(accepted, drafted)
 
     def _warm(self, a: int, d: int) -> None:
+        if d > _COUNT_MAX:
+            self._widen()
         self._warm_a.append(a)
         self._warm_d.append(d)
         self._warm_tokens += d
@@ -466,6 +469,12 @@ class OverdispersedCusum(Detector):
             n >= 4 * self.warmup_requests
         ):
             self._arm()
+
+    def _widen(self) -> None:
+        """Make the warm-up arrays int64: a count above int32 comes (never from the parser,
+        which caps counts at 10**9, but the detector takes any int)."""
+        if self._warm_d.typecode != "q":
+            self._warm_a, self._warm_d = array("q", self._warm_a), array("q", self._warm_d)
 
     def _arm(self) -> None:
         """End of warm-up: learn rho, build the baseline and the bank."""
@@ -482,7 +491,7 @@ class OverdispersedCusum(Detector):
         self._ref = RequestHistogram(self._rho)
         self._newer_hist = RequestHistogram(self._rho)
         self._add_many(self._base, self._ref, self._warm_a, self._warm_d)
-        self._warm_a, self._warm_d = array("q"), array("q")
+        self._warm_a, self._warm_d = _counts(), _counts()
         self._phase = "watch"
         self._calibrate()
 
@@ -755,6 +764,8 @@ class OverdispersedCusum(Detector):
         if ts is not None:
             self._stamp([float(t) for t in ts[i:i + taken]])
         self._n += taken
+        if int(d[:taken].max()) > _COUNT_MAX:  # accepted <= drafted: d says for both
+            self._widen()
         self._warm_a.extend(a_in[:taken])
         self._warm_d.extend(d_in[:taken])
         self._warm_tokens = int(tokens[taken - 1])
@@ -1000,7 +1011,7 @@ class OverdispersedCusum(Detector):
         for name in self._STATE:
             if name[1:] in state:
                 setattr(self, name, _copy(state[name[1:]]))
-        self._warm_a, self._warm_d = array("q", self._warm_a), array("q", self._warm_d)
+        self._warm_a, self._warm_d = _counts(self._warm_a), _counts(self._warm_d)
         for name in self._HISTS:
             if name[1:] in state:
                 raw = state[name[1:]]
@@ -1056,6 +1067,24 @@ def _fresh_values() -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         held = _state_values(OverdispersedCusum())
         _FRESH_VALUES.append((held, tuple(list(v) if type(v) is tuple else v for v in held)))
     return _FRESH_VALUES[0]
+
+
+# Warm-up counts as C ints where those are 32 bits (they are on every platform CPython
+# supports, but the fallback costs nothing), as int64 past that.
+_COUNT_CODE = "i" if array("i").itemsize == 4 else "q"
+_COUNT_MAX = 2**31 - 1
+
+
+def _counts(values: Any = ()) -> array:
+    """A warm-up array of ``values``: int32 if they all fit, else int64.
+
+    >>> _counts([1, 2]).typecode, _counts([2**40]).typecode
+    ('i', 'q')
+    """
+    try:
+        return array(_COUNT_CODE, values)
+    except OverflowError:
+        return array("q", values)
 
 
 def _copy(value: Any) -> Any:

@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import math
 from array import array
+from bisect import bisect_left
 from collections.abc import Sequence
 from functools import lru_cache
+from operator import itemgetter
 from typing import Any, NoReturn
 
 __all__ = ["BucketRing", "EmptyRing", "EmptySlidingHistogram", "PairSample", "SlidingHistogram",
@@ -99,6 +101,8 @@ class BucketRing:
         "dropped",
         "sums",
         "_buckets",
+        "_closed_keys",
+        "_closed",
         "_lo",
         "_hi",
         "_cur",
@@ -115,8 +119,17 @@ class BucketRing:
         self.dropped = 0
         # running field sums over the window: a live list that slot()'s callers add to
         self.sums: list[float] = [0] * self.width
-        # the newest bucket a list (added to in place); older ones packed (_packed)
-        self._buckets: dict[int, list[float] | array] = {}
+        # Buckets as lists (added to in place): the newest, those a late event reopened and
+        # those that do not pack. The others, closed, are packed one after another into one
+        # machine array per ring (_close): a window holds a bucket a minute for each of two
+        # rings of every series, and an array and a bucket-number int of their own took
+        # about 170 bytes a bucket over the values themselves.
+        self._buckets: dict[int, list[float]] = {}
+        # the packed buckets' numbers, increasing, and their sums (``width`` values each, in
+        # that order, one typecode: a bucket that packs to the other stays a list); None
+        # while there are none
+        self._closed_keys: array | None = None
+        self._closed: array | None = None
         self._set_head(None)
 
     def _set_head(self, head: int | None) -> None:
@@ -137,17 +150,63 @@ class BucketRing:
         i = math.floor(ts / self.bucket)
         if self.head is not None and i <= self.head:
             return
-        closed = self._cur
-        if closed is not None:
+        if self._cur is not None:
             # its last event came: from now on only a late event adds to it (slot() unpacks)
-            self._buckets[self.head] = _packed(closed)  # type: ignore[index]
+            self._close(self.head)  # type: ignore[arg-type]
         self._set_head(i)
         oldest = i - self.size + 1
+        gone = [(k, self._buckets.pop(k)) for k in [k for k in self._buckets if k < oldest]]
+        keys = self._closed_keys
+        if keys is not None and keys[0] < oldest:
+            n, w, packed = bisect_left(keys, oldest), self.width, self._closed
+            assert packed is not None
+            gone += [(keys[j], packed[j * w:(j + 1) * w]) for j in range(n)]
+            self._drop_packed(0, n)
         totals = self.sums
-        # sorted: the subtraction order must not depend on dict order for float totals
-        for key in sorted(k for k in self._buckets if k < oldest):
-            for j, v in enumerate(self._buckets.pop(key)):
+        # sorted: the subtraction order must not depend on where buckets are kept, for float
+        # totals
+        gone.sort(key=_first)
+        for _, values in gone:
+            for j, v in enumerate(values):
                 totals[j] -= v
+
+    def _close(self, key: int) -> None:
+        """Pack the list bucket ``key`` (the newest of all, or any in a restore going up)
+        into the closed array, where it packs (:func:`_packed`) to the array's typecode."""
+        packed = _packed(self._buckets[key])
+        if type(packed) is list:
+            return
+        store = self._closed
+        if store is None:
+            self._closed_keys, self._closed = array("q", (key,)), packed
+        elif store.typecode == packed.typecode:  # type: ignore[union-attr]
+            self._closed_keys.append(key)  # type: ignore[union-attr]
+            store.extend(packed)
+        else:
+            return
+        del self._buckets[key]
+
+    def _drop_packed(self, j: int, n: int) -> None:
+        """Remove ``n`` packed buckets from the ``j``-th on."""
+        keys, store, w = self._closed_keys, self._closed, self.width
+        assert keys is not None and store is not None
+        del keys[j:j + n]
+        del store[j * w:(j + n) * w]
+        if not keys:
+            self._closed_keys = self._closed = None
+
+    def _unpack(self, i: int) -> list[float] | None:
+        """The packed bucket ``i`` taken out as a list (a late event for it), or None."""
+        keys = self._closed_keys
+        if keys is None:
+            return None
+        j = bisect_left(keys, i)
+        if j == len(keys) or keys[j] != i:
+            return None
+        w = self.width
+        values = self._closed[j * w:(j + 1) * w].tolist()  # type: ignore[index]
+        self._drop_packed(j, 1)
+        return values
 
     def slot(self, ts: float) -> list[float] | None:
         """The sums of the bucket ``ts`` counts in; None (``dropped`` rises) if it is too old.
@@ -168,9 +227,8 @@ class BucketRing:
             return None
         b = self._buckets.get(i)
         if b is None:
-            b = self._buckets[i] = [0] * self.width
-        elif type(b) is not list:  # a closed bucket, packed: a late event for it
-            b = self._buckets[i] = b.tolist()
+            # a closed bucket, packed (a late event for it), or a new one
+            b = self._buckets[i] = self._unpack(i) or [0] * self.width
         if i == self.head:
             self._cur = b
         return b  # type: ignore[return-value]
@@ -207,8 +265,17 @@ class BucketRing:
             "dropped": self.dropped,
             "totals": list(self.sums),
             # a list of pairs: JSON object keys would turn the bucket numbers into strings
-            "buckets": [[k, list(v)] for k, v in self._buckets.items()],
+            "buckets": [[k, v] for k, v in self._bucket_items()],
         }
+
+    def _bucket_items(self) -> list[tuple[int, list[float]]]:
+        """Every bucket (number, sums), by number: the same wherever each one is kept."""
+        items = [(k, list(v)) for k, v in self._buckets.items()]
+        keys, store, w = self._closed_keys, self._closed, self.width
+        if keys is not None and store is not None:
+            items += [(k, store[j * w:(j + 1) * w].tolist()) for j, k in enumerate(keys)]
+        items.sort(key=_first)
+        return items
 
     @classmethod
     def restore(cls, data: dict[str, Any]) -> BucketRing:
@@ -216,8 +283,10 @@ class BucketRing:
         ring.dropped = int(data["dropped"])
         ring.sums = list(data["totals"])
         head = data["head"]
-        ring._buckets = {int(k): list(v) if k == head else _packed(list(v))
-                         for k, v in data["buckets"]}
+        for k, v in sorted(((int(k), v) for k, v in data["buckets"]), key=_first):
+            ring._buckets[k] = list(v)
+            if k != head:
+                ring._close(k)
         ring._set_head(head)
         return ring
 
@@ -244,6 +313,7 @@ def _packed(values: list[float]) -> list[float] | array:
 
 
 _INT, _FLOAT = {int}, {float}
+_first = itemgetter(0)
 
 
 class EmptyRing(BucketRing):

@@ -47,6 +47,11 @@ def test_a_line_that_is_no_stack_is_an_error_naming_it() -> None:
         summarise(["a;b 1", "a;b many"])
 
 
+def test_samples_outside_any_python_frame_count_under_a_name_of_their_own() -> None:
+    s = summarise(["a;b 3", " 2"])
+    assert s.total == 5 and s.own[pyspy_summary.NO_FRAMES] == 2 and s.own["b"] == 3
+
+
 def test_doctests() -> None:
     assert doctest.testmod(pyspy_summary).failed == 0
 

@@ -406,3 +406,25 @@ def test_a_restored_watch_left_without_its_chunk_owns_it_again() -> None:
         twin.update(a[j], d[j], t[j])
         assert _outputs(twin) == _outputs(det), j
     assert json.dumps(twin.snapshot()) == json.dumps(det.snapshot())
+
+
+def test_warm_up_counts_past_int32_widen_the_arrays_and_change_no_number() -> None:
+    """Warm-up requests are kept as int32 until a count needs int64: one past 2**31 - 1 (the
+    detector takes any int, though the parser caps counts at 10**9) arms the same detector
+    whether it came one request at a time, as a run, or through a restore."""
+    big = 2**31 + 5
+    accepted = [big // 2 + k for k in range(120)]
+    drafted = [big] * 120
+    ts = [float(k) for k in range(120)]
+    one = OverdispersedCusum()
+    for k in range(60):
+        one.update(accepted[k], drafted[k], ts[k])
+    restored = OverdispersedCusum.restore(json.loads(json.dumps(one.snapshot())))
+    many = OverdispersedCusum()
+    many.update_many(accepted[:60], drafted[:60], ts[:60])
+    assert one.snapshot() == many.snapshot() == restored.snapshot()
+    for det in (one, restored, many):
+        det.update_many(accepted[60:], drafted[60:], ts[60:])
+    assert one.snapshot() == many.snapshot() == restored.snapshot()
+    state = one.snapshot()["state"]
+    assert state["warm_a"] == accepted and state["warm_d"] == drafted  # still warming up

@@ -123,15 +123,30 @@ def test_closed_buckets_packed_change_no_number(events, extra, cut) -> None:
     assert packed.snapshot() == plain.snapshot() and packed.dropped == plain.dropped
 
 
-def test_a_closed_bucket_of_counts_is_an_int64_array() -> None:
+def test_closed_buckets_of_counts_share_one_int64_array() -> None:
     ring = BucketRing(WINDOW, BUCKET, 2)
     for t in range(0, 300, 10):
         ring.add(float(t), (1, 1000 + t))
-    closed = [v for k, v in ring._buckets.items() if k != ring.head]
-    assert len(closed) == 4 and all(v.typecode == "q" for v in closed)
-    assert type(ring._buckets[ring.head]) is list
+    assert list(ring._buckets) == [ring.head] and type(ring._buckets[ring.head]) is list
+    assert ring._closed is not None and ring._closed.typecode == "q"
+    assert list(ring._closed_keys or ()) == [0, 1, 2, 3] and len(ring._closed) == 8
     ring.add(5.0, (1, 7))  # late, inside the window: that bucket is a list again
     assert ring._buckets[0] == [7, 6157] and ring.totals == (31, 1000 * 30 + 4350 + 7)
+    assert list(ring._closed_keys or ()) == [1, 2, 3] and len(ring._closed) == 6
+    ring.advance(BUCKET * 7)  # buckets 0 to 2 fall out, from the list and from the array
+    assert list(ring._closed_keys or ()) == [3, 4] and list(ring._buckets) == []
+    assert ring.totals == (12, sum(1000 + t for t in range(180, 300, 10)))
+
+
+def test_a_bucket_that_packs_to_the_other_typecode_stays_a_list() -> None:
+    ring = BucketRing(WINDOW, BUCKET, 1)
+    ring.add(0.0, (3,))
+    ring.add(BUCKET, (0.5,))
+    ring.add(2 * BUCKET, (4,))
+    assert list(ring._closed_keys or ()) == [0] and ring._buckets[1] == [0.5]
+    snap = ring.snapshot()
+    assert snap["buckets"] == [[0, [3]], [1, [0.5]], [2, [4]]]
+    assert BucketRing.restore(json.loads(json.dumps(snap))).snapshot() == snap
 
 
 def test_bucket_ring_advance_alone_and_bad_width() -> None:
