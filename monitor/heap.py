@@ -36,12 +36,13 @@ import ctypes.util
 import gc
 import sys
 import threading
+from array import array
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["TRIM_AFTER_ROWS", "YOUNG_OBJECTS", "collector_paused", "interned", "release",
-           "settle"]
+__all__ = ["TRIM_AFTER_ROWS", "YOUNG_OBJECTS", "collector_paused", "int_array", "interned",
+           "release", "settle", "widened"]
 
 # Allocations (net) between two collections of the youngest generation. Larger costs one
 # longer pause per collection and at most this many objects' worth of uncollected cycles.
@@ -145,3 +146,31 @@ def interned(key: tuple[Any, ...]) -> tuple[Any, ...]:
     (True, True)
     """
     return tuple(sys.intern(v) if type(v) is str else v for v in key)
+
+
+# C ints are 32 bits on every platform CPython supports; the check costs nothing.
+_INT32 = "i" if array("i").itemsize == 4 else "q"
+
+
+def int_array(values: Any = ()) -> array:
+    """An array of the ints ``values``: int32 if they all fit, else int64.
+
+    Detectors keep per-request counts by the thousand per series (a warm-up's requests, a
+    throughput sample's batch sizes); the parser caps counts at 10**9, so int32 holds them in
+    half of int64's bytes, but a detector takes any int: :func:`widened` for one that does
+    not fit.
+
+    >>> int_array([1, 2]).typecode, int_array(iter([1, 2**40])), widened(int_array([1]))
+    ('i', array('q', [1, 1099511627776]), array('q', [1]))
+    """
+    if iter(values) is values:  # an iterator: the second try needs the values again
+        values = list(values)
+    try:
+        return array(_INT32, values)
+    except OverflowError:
+        return array("q", values)
+
+
+def widened(values: array) -> array:
+    """``values`` as int64 (itself if it is already)."""
+    return values if values.typecode == "q" else array("q", values)

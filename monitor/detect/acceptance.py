@@ -42,6 +42,7 @@ from typing import Any, Protocol, Self, runtime_checkable
 
 import numpy as np
 
+from monitor import heap
 from monitor.detect.acceptance_reference import EmptyHistogram, RequestHistogram
 from monitor.detect.base import Detector, same_json
 from monitor.detect.calibration import quasi_cusum_thresholds
@@ -274,8 +275,8 @@ class OverdispersedCusum(Detector):
         # warm-up: the requests, raw; int32 arrays (4 bytes a count, where a list of
         # Python ints took 8 and, above 256, an object of 28 more: up to 8,000 of each),
         # int64 once a count needs it (_widen)
-        self._warm_a = _counts()
-        self._warm_d = _counts()
+        self._warm_a = heap.int_array()
+        self._warm_d = heap.int_array()
         self._warm_tokens = 0
         # the baseline: rho, its sums, its histogram (the reference for theta)
         self._rho = 0.0
@@ -473,8 +474,7 @@ class OverdispersedCusum(Detector):
     def _widen(self) -> None:
         """Make the warm-up arrays int64: a count above int32 comes (never from the parser,
         which caps counts at 10**9, but the detector takes any int)."""
-        if self._warm_d.typecode != "q":
-            self._warm_a, self._warm_d = array("q", self._warm_a), array("q", self._warm_d)
+        self._warm_a, self._warm_d = heap.widened(self._warm_a), heap.widened(self._warm_d)
 
     def _arm(self) -> None:
         """End of warm-up: learn rho, build the baseline and the bank."""
@@ -491,7 +491,7 @@ class OverdispersedCusum(Detector):
         self._ref = RequestHistogram(self._rho)
         self._newer_hist = RequestHistogram(self._rho)
         self._add_many(self._base, self._ref, self._warm_a, self._warm_d)
-        self._warm_a, self._warm_d = _counts(), _counts()
+        self._warm_a, self._warm_d = heap.int_array(), heap.int_array()
         self._phase = "watch"
         self._calibrate()
 
@@ -1011,7 +1011,7 @@ class OverdispersedCusum(Detector):
         for name in self._STATE:
             if name[1:] in state:
                 setattr(self, name, _copy(state[name[1:]]))
-        self._warm_a, self._warm_d = _counts(self._warm_a), _counts(self._warm_d)
+        self._warm_a, self._warm_d = heap.int_array(self._warm_a), heap.int_array(self._warm_d)
         for name in self._HISTS:
             if name[1:] in state:
                 raw = state[name[1:]]
@@ -1069,22 +1069,7 @@ def _fresh_values() -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     return _FRESH_VALUES[0]
 
 
-# Warm-up counts as C ints where those are 32 bits (they are on every platform CPython
-# supports, but the fallback costs nothing), as int64 past that.
-_COUNT_CODE = "i" if array("i").itemsize == 4 else "q"
-_COUNT_MAX = 2**31 - 1
-
-
-def _counts(values: Any = ()) -> array:
-    """A warm-up array of ``values``: int32 if they all fit, else int64.
-
-    >>> _counts([1, 2]).typecode, _counts([2**40]).typecode
-    ('i', 'q')
-    """
-    try:
-        return array(_COUNT_CODE, values)
-    except OverflowError:
-        return array("q", values)
+_COUNT_MAX = 2**31 - 1  # past this a warm-up count needs int64 (heap.widened)
 
 
 def _copy(value: Any) -> Any:

@@ -29,6 +29,8 @@ from functools import lru_cache
 from operator import itemgetter
 from typing import Any, NoReturn
 
+from monitor import heap
+
 __all__ = ["BucketRing", "EmptyRing", "EmptySlidingHistogram", "PairSample", "SlidingHistogram",
            "ThinnedSample", "bucket_count", "empty_ring", "empty_sliding_histogram"]
 
@@ -176,12 +178,14 @@ class BucketRing:
         packed = _packed(self._buckets[key])
         if type(packed) is list:
             return
-        store = self._closed
+        store, keys = self._closed, self._closed_keys
         if store is None:
             self._closed_keys, self._closed = array("q", (key,)), packed
         elif store.typecode == packed.typecode:  # type: ignore[union-attr]
-            self._closed_keys.append(key)  # type: ignore[union-attr]
-            store.extend(packed)
+            # concatenated, not extended: a new array of just the size needed, where growing
+            # one in place reserves room that a ring of few buckets never fills
+            self._closed_keys = keys + array("q", (key,))  # type: ignore[operator]
+            self._closed = store + packed  # type: ignore[operator]
         else:
             return
         del self._buckets[key]
@@ -741,14 +745,18 @@ class PairSample:
         if capacity < 2:
             raise ValueError("capacity must be >= 2")
         self.capacity = int(capacity)
-        self._ints = array("q")
+        self._ints = heap.int_array()  # int32 (batch sizes), int64 once one needs it
         self._floats = array("d")
         self.stride = 1
         self.seen = 0
 
     def add(self, item: tuple[int, float]) -> None:
         if self.seen % self.stride == 0:
-            self._ints.append(item[0])
+            try:
+                self._ints.append(item[0])
+            except OverflowError:
+                self._ints = heap.widened(self._ints)
+                self._ints.append(item[0])
             self._floats.append(item[1])
             if len(self._ints) > self.capacity:
                 self._ints = self._ints[::2]
@@ -769,11 +777,10 @@ class PairSample:
     def restore(cls, data: dict[str, Any]) -> PairSample:
         s = cls(data["capacity"])
         if "items" in data:  # a ThinnedSample's snapshot: throughput version 1
-            for b, x in data["items"]:
-                s._ints.append(b)
-                s._floats.append(x)
+            s._ints = heap.int_array(b for b, _ in data["items"])
+            s._floats.extend(x for _, x in data["items"])
         else:
-            s._ints.extend(data["ints"])
+            s._ints = heap.int_array(data["ints"])
             s._floats.extend(data["floats"])
         s.stride = int(data["stride"])
         s.seen = int(data["seen"])

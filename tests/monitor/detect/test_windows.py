@@ -283,3 +283,18 @@ def test_thinned_sample_round_trip() -> None:
         s.add((i, float(i)))
     again = ThinnedSample.restore(json.loads(json.dumps(s.snapshot())))
     assert again.items == s.items and again.stride == s.stride == 16
+
+
+def test_a_pair_sample_keeps_int32_until_an_int_needs_int64() -> None:
+    sample, reference = windows.PairSample(capacity=8), ThinnedSample(capacity=8)
+    pairs = [(k, k / 8) for k in range(5)] + [(2**40, 0.5), (3, 0.25), (2**31, 1.5)]
+    for n, pair in enumerate(pairs):
+        sample.add(pair)
+        reference.add(pair)
+        assert sample._ints.typecode == ("q" if n >= 5 else "i")
+    assert sample.items == reference.items == pairs
+    for snap in (sample.snapshot(), reference.snapshot()):
+        restored = windows.PairSample.restore(json.loads(json.dumps(snap)))
+        assert restored.snapshot() == sample.snapshot() and restored._ints.typecode == "q"
+    small = windows.PairSample.restore(windows.PairSample(capacity=8).snapshot())
+    assert small._ints.typecode == "i"
