@@ -41,8 +41,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["TRIM_AFTER_ROWS", "YOUNG_OBJECTS", "collector_paused", "int_array", "interned",
-           "release", "settle", "widened"]
+__all__ = ["INT32_MAX", "TRIM_AFTER_ROWS", "YOUNG_OBJECTS", "collector_paused", "int_array",
+           "interned", "release", "settle", "widened"]
 
 # Allocations (net) between two collections of the youngest generation. Larger costs one
 # longer pause per collection and at most this many objects' worth of uncollected cycles.
@@ -150,6 +150,7 @@ def interned(key: tuple[Any, ...]) -> tuple[Any, ...]:
 
 # C ints are 32 bits on every platform CPython supports; the check costs nothing.
 _INT32 = "i" if array("i").itemsize == 4 else "q"
+INT32_MAX = 2**31 - 1  # the largest int an int_array holds before it needs widened()
 
 
 def int_array(values: Any = ()) -> array:

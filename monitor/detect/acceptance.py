@@ -460,7 +460,7 @@ class OverdispersedCusum(Detector):
             self._warm(accepted, drafted)
 
     def _warm(self, a: int, d: int) -> None:
-        if d > _COUNT_MAX:
+        if d > heap.INT32_MAX:
             self._widen()
         self._warm_a.append(a)
         self._warm_d.append(d)
@@ -764,7 +764,7 @@ class OverdispersedCusum(Detector):
         if ts is not None:
             self._stamp([float(t) for t in ts[i:i + taken]])
         self._n += taken
-        if int(d[:taken].max()) > _COUNT_MAX:  # accepted <= drafted: d says for both
+        if int(d[:taken].max()) > heap.INT32_MAX:  # accepted <= drafted: d says for both
             self._widen()
         self._warm_a.extend(a_in[:taken])
         self._warm_d.extend(d_in[:taken])
@@ -1067,9 +1067,6 @@ def _fresh_values() -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         held = _state_values(OverdispersedCusum())
         _FRESH_VALUES.append((held, tuple(list(v) if type(v) is tuple else v for v in held)))
     return _FRESH_VALUES[0]
-
-
-_COUNT_MAX = 2**31 - 1  # past this a warm-up count needs int64 (heap.widened)
 
 
 def _copy(value: Any) -> Any:
