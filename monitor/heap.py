@@ -26,7 +26,9 @@ its CPU so). :func:`collector_paused` holds the collector off for that stretch.
 **Keys held by the ten thousand.** A key built from an event (a pending rollup's, a
 segment's) holds that event's strings: the same route and model names, one copy per key.
 :func:`interned` makes keys share one copy, so the strings cost per distinct value, not per
-series and minute.
+series and minute. :func:`shared` goes one step further for a mapping that many holders
+share unchanged (a model pair's setup, the same on every route that serves it): one dict
+per distinct contents.
 """
 
 from __future__ import annotations
@@ -36,13 +38,14 @@ import ctypes.util
 import gc
 import sys
 import threading
+import weakref
 from array import array
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 __all__ = ["INT32_MAX", "TRIM_AFTER_ROWS", "YOUNG_OBJECTS", "collector_paused", "int_array",
-           "interned", "release", "settle", "widened"]
+           "interned", "release", "settle", "shared", "widened"]
 
 # Allocations (net) between two collections of the youngest generation. Larger costs one
 # longer pause per collection and at most this many objects' worth of uncollected cycles.
@@ -146,6 +149,39 @@ def interned(key: tuple[Any, ...]) -> tuple[Any, ...]:
     (True, True)
     """
     return tuple(sys.intern(v) if type(v) is str else v for v in key)
+
+
+class _Shared(dict):  # type: ignore[type-arg]
+    """A dict that can be held weakly (a plain dict cannot): :func:`shared`'s entries."""
+
+    __slots__ = ("__weakref__",)
+
+
+_SHARED: weakref.WeakValueDictionary[tuple[Any, ...], dict[Any, Any]] = \
+    weakref.WeakValueDictionary()
+_SHARED_LOCK = threading.Lock()
+
+
+def shared(items: dict[str, Any]) -> dict[str, Any]:
+    """One dict for all equal ``items`` (strings interned), held while anything holds it.
+
+    For mappings that are built often, kept by the thousand and never changed afterwards:
+    ten thousand segments of a hundred model pairs keep a hundred setups, not ten thousand
+    (some 270 bytes each). The caller must not change the result; a copy (``dict(...)``) is
+    a plain dict again, which is also what a snapshot should write.
+
+    >>> a = shared({"model": "".join(["qw", "en"]), "k": "4"})
+    >>> b = shared({"model": "qwen", "k": "4"})
+    >>> a is b, a == {"model": "qwen", "k": "4"}, shared({"model": "qwen", "k": "5"}) is a
+    (True, True, False)
+    """
+    key = interned((*items, *items.values()))
+    with _SHARED_LOCK:  # get-or-set in one step: two threads must not make two copies
+        found = _SHARED.get(key)
+        if found is None:
+            n = len(items)
+            found = _SHARED[key] = _Shared(zip(key[:n], key[n:], strict=True))
+        return found
 
 
 # C ints are 32 bits on every platform CPython supports; the check costs nothing.

@@ -256,8 +256,8 @@ class Router:
             labels["temperature"] = tbucket
         # one copy of each name for all segments, not the strings of each one's first event
         labels = dict(zip(labels, heap.interned(tuple(labels.values())), strict=True))
-        setup = lineage.setup_of(e)
-        setup = dict(zip(setup, heap.interned(tuple(setup.values())), strict=True))
+        # one dict per distinct setup: a model pair's is the same on every route serving it
+        setup = heap.shared(lineage.setup_of(e))
         cfg = self.config
         cost = self._cost_model(e)
         cut = cutoff(cost) if cost is not None else cfg.breakeven_cutoff

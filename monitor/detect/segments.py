@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from monitor import heap
 from monitor.detect.acceptance import AcceptanceDetector, restore_detector
 from monitor.detect.activity import ContentionMonitor, InactivityMonitor, StalenessMonitor
 from monitor.detect.breakeven import BreakevenMonitor
@@ -87,7 +88,7 @@ class Segment:
             "breakeven": self.breakeven.snapshot(), "positions": self.positions.snapshot(),
             "throughput": self.throughput.snapshot(),
             "versus": None if self.versus is None else self.versus.snapshot(),
-            "setup": self.setup,
+            "setup": dict(self.setup),  # a plain dict: heap.shared's is a subclass
         }
 
     @classmethod
@@ -102,7 +103,7 @@ class Segment:
             last_ts=float(data["last_ts"]),
             firing=dict(data["firing"]),
             versus=None if data.get("versus") is None else Comparison.restore(data["versus"]),
-            setup=dict(data.get("setup") or _setup_from_labels(data["labels"])),
+            setup=heap.shared(data.get("setup") or _setup_from_labels(data["labels"])),
         )
 
 
