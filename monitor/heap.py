@@ -152,9 +152,23 @@ def interned(key: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 class _Shared(dict):  # type: ignore[type-arg]
-    """A dict that can be held weakly (a plain dict cannot): :func:`shared`'s entries."""
+    """A dict that can be held weakly (a plain dict cannot) and refuses changes:
+    :func:`shared`'s entries, held by many at once, where one holder's change would be
+    every holder's."""
 
     __slots__ = ("__weakref__",)
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("a heap.shared mapping is shared by all its holders: change a copy "
+                        "(dict(...)) instead")
+
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+    def __reduce__(self) -> tuple[type, tuple[dict[Any, Any]]]:
+        # copy, deepcopy and pickle make a plain dict, as dict(...) does (and the refusing
+        # __setitem__ would stop their rebuilding)
+        return dict, (dict(self),)
 
 
 _SHARED: weakref.WeakValueDictionary[tuple[Any, ...], dict[Any, Any]] = \
@@ -167,13 +181,16 @@ def shared(items: dict[str, Any]) -> dict[str, Any]:
 
     For mappings that are built often, kept by the thousand and never changed afterwards:
     ten thousand segments of a hundred model pairs keep a hundred setups, not ten thousand
-    (some 270 bytes each). The caller must not change the result; a copy (``dict(...)``) is
-    a plain dict again, which is also what a snapshot should write.
+    (some 270 bytes each). The result refuses changes; a copy (``dict(...)``) is a plain dict
+    again, which is also what a snapshot should write.
 
     >>> a = shared({"model": "".join(["qw", "en"]), "k": "4"})
     >>> b = shared({"model": "qwen", "k": "4"})
     >>> a is b, a == {"model": "qwen", "k": "4"}, shared({"model": "qwen", "k": "5"}) is a
     (True, True, False)
+    >>> a["k"] = "5"
+    Traceback (most recent call last):
+    TypeError: a heap.shared mapping is shared by all its holders: change a copy (dict(...)) instead
     """
     key = interned((*items, *items.values()))
     with _SHARED_LOCK:  # get-or-set in one step: two threads must not make two copies

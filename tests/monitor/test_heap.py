@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import gc
+import pickle
 import sys
 import threading
 
 import orjson
+import pytest
 
 from monitor import heap
 from monitor.config import DetectionConfig
@@ -50,6 +53,29 @@ def test_threads_asking_at_once_get_one_dict() -> None:
     for t in threads:
         t.join()
     assert len({id(d) for d in got}) == 1
+
+
+@pytest.mark.parametrize("change", [
+    lambda d: d.__setitem__("k", "5"), lambda d: d.__delitem__("k"), lambda d: d.update(k="5"),
+    lambda d: d.pop("k"), lambda d: d.popitem(), lambda d: d.clear(),
+    lambda d: d.setdefault("new", "x"), lambda d: d.__ior__({"k": "5"}),
+])
+def test_a_shared_dict_refuses_every_change(change) -> None:
+    d = heap.shared({"model": "frozen", "k": "4"})
+    with pytest.raises(TypeError, match="shared by all its holders"):
+        change(d)
+    assert d == {"model": "frozen", "k": "4"}
+    copy = dict(d)
+    copy["k"] = "5"  # a copy is a plain dict
+    assert heap.shared({"model": "frozen", "k": "4"}) == {"model": "frozen", "k": "4"}
+
+
+def test_copies_of_a_shared_dict_are_plain_dicts() -> None:
+    d = heap.shared({"model": "copied", "k": "4"})
+    for made in (copy.copy(d), copy.deepcopy(d), pickle.loads(pickle.dumps(d))):
+        assert type(made) is dict and made == d
+        made["k"] = "5"
+    assert d["k"] == "4"
 
 
 def test_a_shared_dict_writes_plain_json() -> None:
